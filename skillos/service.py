@@ -50,6 +50,42 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, list[dict]]:
     return f"invalid request: {summary}", details
 
 
+class _ObserveRequests:
+    """Request metrics and one log line per request, as plain ASGI middleware.
+
+    Starlette's `@app.middleware("http")` (BaseHTTPMiddleware) runs every request through an extra
+    task and memory stream; measured on the skill repo's search that cost ~1 ms per request.
+    """
+
+    _QUIET = ("/healthz", "/readyz", "/metrics")
+
+    def __init__(self, app, service: str, log):
+        self.app, self.service, self.log = app, service, log
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500  # what the client gets if the app raises before answering
+
+        async def send_observed(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = getattr(scope.get("route"), "path", "unmatched")
+            HTTP_REQUESTS.labels(self.service, scope["method"], route, str(status)).inc()
+            HTTP_LATENCY.labels(self.service, scope["method"], route).observe(elapsed)
+            if route not in self._QUIET:
+                self.log.info("request", method=scope["method"], path=scope["path"], status=status,
+                              ms=round(elapsed * 1000, 2))
+
+
 def create_app(
     service: str,
     *,
@@ -83,19 +119,7 @@ def create_app(
         log.exception("unhandled_error", path=request.url.path)
         return _error(500, "internal_error", f"internal error: {type(exc).__name__}")
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next):
-        start = time.perf_counter()
-        response = await call_next(request)
-        elapsed = time.perf_counter() - start
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        HTTP_REQUESTS.labels(service, request.method, path, str(response.status_code)).inc()
-        HTTP_LATENCY.labels(service, request.method, path).observe(elapsed)
-        if path not in ("/healthz", "/readyz", "/metrics"):
-            log.info("request", method=request.method, path=request.url.path, status=response.status_code,
-                     ms=round(elapsed * 1000, 2))
-        return response
+    app.add_middleware(_ObserveRequests, service=service, log=log)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
     async def healthz() -> dict:

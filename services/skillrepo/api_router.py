@@ -48,11 +48,12 @@ _ARCHIVE_BODY = {"requestBody": {"required": True, "content": {
 router = APIRouter(prefix="/v1", tags=["skillrepo"], responses=_ERRORS)
 
 
-def service(request: Request) -> SkillRepoService:
+# async: FastAPI runs a plain `def` dependency in the thread pool, a thread hop per request for nothing
+async def service(request: Request) -> SkillRepoService:
     return request.app.state.skillrepo
 
 
-def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = None) -> Grant:
+async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = None) -> Grant:
     return request.app.state.auth.authenticate(request.headers.get("authorization"))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +17,26 @@ from skillos.service import create_app
 
 DESCRIPTION = """Skills as SKILL.md documents in named repos: versions, forks, snapshots, BM25 search and the
 curator's function calls (`new_skill_insert`, `skill_update`, `skill_delete`) applied atomically."""
+
+
+class _LimitBody:
+    """Refuses a declared oversized body before reading it (streamed bodies are capped where read).
+
+    Plain ASGI rather than `@app.middleware("http")`, which costs a task and a stream per request.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            length = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+            if length.isdigit() and int(length) > self.limit:
+                response = JSONResponse(APIError(
+                    413, "payload_too_large", f"request body is {length.decode()} bytes; the limit is "
+                    f"{self.limit} (SKILLOS_MAX_REQUEST_BYTES)").body(), status_code=413)
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
@@ -43,17 +63,7 @@ def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
 
     app = create_app("skillrepo", title="SkillOS skill repo", description=DESCRIPTION, readiness=checks,
                      lifespan=lifespan)
-    limit = settings.max_request_bytes
-
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        # refuse declared oversized bodies before reading them (streamed bodies are capped where read)
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            return JSONResponse(APIError(413, "payload_too_large", f"request body is {length} bytes; the "
-                                         f"limit is {limit} (SKILLOS_MAX_REQUEST_BYTES)").body(), status_code=413)
-        return await call_next(request)
-
+    app.add_middleware(_LimitBody, limit=settings.max_request_bytes)
     app.state.skillrepo = svc
     app.state.auth = auth
     app.include_router(router)
