@@ -9,6 +9,9 @@ Ops run in order and each sees the effect of the ones before it. Semantics (the 
 ``skill_name`` of update/delete is looked up as given, then normalized ("Clean Object" finds
 "clean-object"). Extra argument keys are ignored. Atomic batches: when one op is refused none is applied
 and the valid ops say ``batch_aborted``; non-atomic batches apply every valid op.
+
+Invariant: an op is refused before it writes anything (every check precedes the first write), so a
+refused op leaves the transaction as it found it; `apply_ops` of a lone op needs no savepoint.
 """
 
 from __future__ import annotations

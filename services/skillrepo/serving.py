@@ -212,10 +212,14 @@ class SkillRepoService:
                     result = OpsResult.model_validate_json(stored[1])
                     result.replayed = True
                     return result
-            with tx.savepoint() as undo:
+            if len(req.ops) == 1:
+                # a refused op writes nothing (ops.py), so a lone op needs no savepoint to undo
                 ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes)
-                if not ok and req.atomic:
-                    undo()
+            else:
+                with tx.savepoint() as undo:
+                    ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes)
+                    if not ok and req.atomic:
+                        undo()
             result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
             if req.idempotency_key:
                 tx.remember_answer(req.idempotency_key, request_hash, result.model_dump_json())

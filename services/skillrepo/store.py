@@ -21,6 +21,7 @@ from sqlalchemy import Engine, Integer, and_, bindparam, func, insert, literal, 
 from sqlalchemy.exc import IntegrityError
 
 from services.skillrepo.db import is_sqlite
+from services.skillrepo.hotpath import HotStatements
 from services.skillrepo.tables import (
     blobs,
     idempotency,
@@ -62,6 +63,14 @@ class RepoRow:
     parent_id: int | None
     fork_seq: int | None
     skill_count: int = 0
+
+
+@dataclass
+class WriteRepo:
+    """What a write transaction knows of its (locked) repo."""
+    id: int
+    name: str
+    seq: int
 
 
 @dataclass
@@ -113,21 +122,8 @@ _SKILL_COLS = (skill_heads.c.name, skill_heads.c.version, skill_heads.c.blob_has
                blobs.c.content, blobs.c.description, blobs.c.body, blobs.c.meta)
 
 
-# Hot-path statements are built once: SQLAlchemy then reuses their compiled form and cache key, which
-# matters at thousands of small writes per second (the training regime).
-_HEAD = select(skill_heads.c.version, skill_heads.c.blob_hash).where(
-    skill_heads.c.repo_id == bindparam("r"), skill_heads.c.name == bindparam("n"))
 _GET = select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash).where(
     skill_heads.c.repo_id == bindparam("r"), skill_heads.c.name == bindparam("n"))
-_INSERT_VERSION = insert(skill_versions)
-_INSERT_HEAD = insert(skill_heads)
-_UPDATE_HEAD = update(skill_heads).where(
-    skill_heads.c.repo_id == bindparam("r"), skill_heads.c.name == bindparam("n")).values(
-    version=bindparam("v"), blob_hash=bindparam("h"), updated_at=bindparam("t"))
-_UPDATE_SEQ = update(repos).where(repos.c.id == bindparam("r")).values(seq=bindparam("s"))
-_REPO_BY_NAME = select(repos).where(repos.c.name == bindparam("n"))
-_REPO_BY_NAME_LOCKED = _REPO_BY_NAME.with_for_update()
-_REPO_SEQ = select(repos.c.id, repos.c.seq).where(repos.c.name == bindparam("n"))
 
 
 def _skill(r) -> StoredSkill:
@@ -148,10 +144,10 @@ class WriteTx:
     def head(self, name: str) -> tuple[int, str | None] | None:
         """(version, blob hash or None when deleted) of the skill's head, or None when it never existed."""
         if name not in self._heads:
-            r = self.conn.execute(_HEAD, {"r": self.repo.id, "n": name}).first()
+            r = self.store.hot.head.first(self.conn, {"r": self.repo.id, "n": name})
             if r is None:
                 return None
-            self._heads[name] = (r.version, r.blob_hash)
+            self._heads[name] = (r[0], r[1])
         return self._heads[name]
 
     def exists(self, name: str) -> bool:
@@ -192,21 +188,22 @@ class WriteTx:
     def _ensure_blob(self, blob: dict[str, Any]) -> None:
         if blob["hash"] in self._known_blobs:
             return
-        self.conn.execute(self.store.insert_blob, blob)  # content-addressed: present already is fine
+        self.store.hot.insert_blob.exec(self.conn, blob)  # content-addressed: present already is fine
         self._known_blobs.add(blob["hash"])
 
     def _write(self, name: str, blob_hash: str | None, cause: str, description, body) -> int:
         head = self.head(name)
         version = (head[0] if head else 0) + 1
         self.repo.seq += 1
-        self.conn.execute(_INSERT_VERSION, {
+        hot = self.store.hot
+        hot.insert_version.exec(self.conn, {
             "repo_id": self.repo.id, "name": name, "version": version, "blob_hash": blob_hash,
             "seq": self.repo.seq, "cause": cause, "created_at": self.now})
         if head is None:
-            self.conn.execute(_INSERT_HEAD, {"repo_id": self.repo.id, "name": name, "version": version,
+            hot.insert_head.exec(self.conn, {"repo_id": self.repo.id, "name": name, "version": version,
                                              "blob_hash": blob_hash, "updated_at": self.now})
         else:
-            self.conn.execute(_UPDATE_HEAD, {"r": self.repo.id, "n": name, "v": version, "h": blob_hash,
+            hot.update_head.exec(self.conn, {"r": self.repo.id, "n": name, "v": version, "h": blob_hash,
                                              "t": self.now})
         self._heads[name] = (version, blob_hash)
         self.changes.append(Change(self.repo.seq, name, version, description, body, blob_hash))
@@ -253,6 +250,7 @@ class Store:
         self._sqlite_write_lock = threading.Lock()
 
         self.insert_blob = self.insert_ignore(blobs)
+        self.hot = HotStatements(engine.dialect, self.insert_blob, lock_rows=not self.sqlite)
 
     def insert_ignore(self, table):
         if self.sqlite:
@@ -281,7 +279,8 @@ class Store:
                 yield conn
 
     def _lock_repo(self, conn, name: str) -> RepoRow:
-        r = conn.execute(_REPO_BY_NAME if self.sqlite else _REPO_BY_NAME_LOCKED, {"n": name}).first()
+        q = select(repos).where(repos.c.name == name)
+        r = conn.execute(q if self.sqlite else q.with_for_update()).first()
         if r is None:
             raise repo_not_found(name)
         return _repo_row(r)
@@ -289,10 +288,13 @@ class Store:
     @contextmanager
     def write(self, repo: str) -> Iterator[WriteTx]:
         with self._write_conn() as conn:
-            tx = WriteTx(self, conn, self._lock_repo(conn, repo))
+            r = self.hot.lock_repo.first(conn, {"n": repo})
+            if r is None:
+                raise repo_not_found(repo)
+            tx = WriteTx(self, conn, WriteRepo(*r))
             yield tx
             if tx.changes:
-                conn.execute(_UPDATE_SEQ, {"r": tx.repo.id, "s": tx.repo.seq})
+                self.hot.update_seq.exec(conn, {"r": tx.repo.id, "s": tx.repo.seq})
 
     # --- repos ---
 
@@ -317,9 +319,9 @@ class Store:
     def repo_seq(self, name: str) -> tuple[int, int] | None:
         """(repo id, seq) of a live repo: one indexed read, done before every search."""
         with self.engine.connect() as conn:
-            r = conn.execute(_REPO_SEQ, {"n": name}).first()
+            r = self.hot.repo_seq.first(conn, {"n": name})
             conn.rollback()
-        return (r.id, r.seq) if r else None
+        return (r[0], r[1]) if r else None
 
     def repo_seqs(self, ids: list[int]) -> dict[int, int]:
         if not ids:

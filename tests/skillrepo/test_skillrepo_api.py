@@ -134,6 +134,29 @@ def test_ops_atomic_non_atomic_and_idempotent(client, repo):
     assert client.search(repo, "better heating")[0].name == "heat-object"
 
 
+def test_a_refused_lone_op_writes_nothing(client, repo):
+    """A lone op runs without a savepoint: every refusal must come before its first write."""
+    client.put_skill(repo, skill_md("heat-object", "Heat things", "microwave it"))
+    client.put_skill(repo, skill_md("cool-object", "Cool things", "fridge it"))
+    def state():
+        return client.get_repo(repo).seq, [(s.name, s.version, s.content) for s in client.list_skills(repo)]
+
+    before = state()
+    for op in [
+        {"name": "new_skill_insert", "arguments": {"skill_name": "Heat Object", "content": "again"}},
+        {"name": "new_skill_insert", "arguments": {"skill_name": "---", "content": "no name"}},
+        {"name": "new_skill_insert", "arguments": {"skill_name": "fresh", "content": "---\nname: [\n---\nbody"}},
+        {"name": "skill_update", "arguments": {"skill_name": "heat-object", "new_name": "cool-object"}},
+        {"name": "skill_update", "arguments": {"skill_name": "heat-object", "new_content": "x" * 5000}},
+        {"name": "skill_update", "arguments": {"skill_name": "heat-object"}},
+        {"name": "skill_delete", "arguments": {"skill_name": "missing"}},
+    ]:
+        for atomic in (True, False):
+            res = client.apply_ops(repo, [op], atomic=atomic)
+            assert not res.applied and res.verdicts[0].status == "refused", (op, res)
+            assert state() == before, op
+
+
 def test_fork_snapshot_restore_and_history(client, repo):
     for i in range(20):
         client.put_skill(repo, skill_md(f"skill-{i}", f"Skill number {i}", f"body {i}"))
