@@ -64,10 +64,11 @@ skill_versions = Table(
 
 skill_heads = Table(
     "skill_heads", metadata,
-    Column("repo_id", Integer, ForeignKey("repos.id"), primary_key=True),
+    # no foreign keys (migration 0002): a fork copies these rows and the checks were most of its cost
+    Column("repo_id", Integer, primary_key=True),
     Column("name", String(64), primary_key=True),
     Column("version", Integer, nullable=False),
-    Column("blob_hash", String(64), ForeignKey("blobs.hash"), nullable=True),
+    Column("blob_hash", String(64), nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
