@@ -98,6 +98,8 @@ class BM25Index:
         self._weights: dict[str, tuple[int, np.ndarray | None, np.ndarray]] = {}
         self._cache_bytes = 0
         self._norm_cache: tuple[int, np.ndarray] | None = None
+        self._tf_columns: dict[str, tuple[int, np.ndarray]] = {}  # term -> (postings applied, tf per slot)
+        self._tf_bytes = 0
         self.generation = 0
 
     def __len__(self) -> int:
@@ -187,24 +189,50 @@ class BM25Index:
         cached = self._weights.get(term)
         if cached is not None and cached[0] == self.generation:
             return cached[1], cached[2]
-        slots, tfs = self.postings[term]
         n_slots = len(self.names)
-        ids = np.array(slots, dtype=np.int32)  # a copy: the array.array must stay growable
-        tf = np.array(tfs, dtype=np.float32)
-        norm = self._norms(avgdl)[ids]
-        weights = (np.float32(idf * (self.k1 + 1.0)) * tf / (tf + norm)).astype(np.float32)
-        if len(ids) * self.DENSE_SHARE >= n_slots:
-            column = np.zeros(n_slots, np.float32)
-            column[ids] = weights
+        scale = np.float32(idf * (self.k1 + 1.0))
+        norm = self._norms(avgdl)
+        if len(self.postings[term][0]) * self.DENSE_SHARE >= n_slots:
+            tf = self._dense_tf(term, n_slots)
+            column = tf + norm
+            np.divide(tf, column, out=column)
+            column *= scale
             entry = (self.generation, None, column)
         else:
-            entry = (self.generation, ids, weights)
+            slots, tfs = self.postings[term]
+            ids = np.array(slots, dtype=np.int32)  # a copy: the array.array must stay growable
+            tf = np.array(tfs, dtype=np.float32)
+            entry = (self.generation, ids, scale * tf / (tf + norm[ids]))
         self._cache_bytes += entry[2].nbytes + (0 if entry[1] is None else entry[1].nbytes)
         if self._cache_bytes > self.CACHE_BYTES or len(self._weights) > 4096:
             self._weights.clear()
             self._cache_bytes = entry[2].nbytes + (0 if entry[1] is None else entry[1].nbytes)
         self._weights[term] = entry
         return entry[1], entry[2]
+
+    def _dense_tf(self, term: str, n_slots: int) -> np.ndarray:
+        """The term's tf per slot (0 where absent), kept across writes and extended incrementally.
+
+        Postings only grow between compactions (a removed document leaves a dead slot, which its
+        infinite norm zeroes), so only the entries added since the last call are scattered in. This
+        keeps the first search after a write at a few vector passes per frequent term instead of a
+        rebuild of its column from the postings.
+        """
+        slots, tfs = self.postings[term]
+        applied, column = self._tf_columns.get(term, (0, np.zeros(0, np.float32)))
+        before = column.nbytes
+        if len(column) < n_slots:
+            grown = np.zeros(max(n_slots, 2 * len(column)), np.float32)
+            grown[:len(column)] = column
+            column = grown
+        if applied < len(slots):
+            column[np.array(slots[applied:], dtype=np.int32)] = np.array(tfs[applied:], dtype=np.float32)
+        self._tf_bytes += column.nbytes - before
+        if self._tf_bytes > self.CACHE_BYTES:
+            self._tf_columns.clear()
+            self._tf_bytes = column.nbytes
+        self._tf_columns[term] = (len(slots), column)
+        return column[:n_slots]
 
     def _norms(self, avgdl: float) -> np.ndarray:
         """k1 * (1 - b + b * |d| / avgdl) per slot, 0-weight slots made infinite; once per generation."""
