@@ -51,19 +51,27 @@ def pg_server_url() -> str:
     return PG_ADMIN_URL
 
 
-@pytest.fixture
-def pg_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+@contextmanager
+def pg_database(server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database on the server of ``server_url``, dropped afterwards."""
     import psycopg
 
     name = f"skillos_t_{uuid.uuid4().hex[:12]}"
-    admin = pg_server_url.replace("+psycopg", "")
+    admin = server_url.replace("+psycopg", "")
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
-    base = pg_server_url.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield f"{server_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    with pg_database(pg_server_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -7,24 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import run_service
+from conftest import pg_database, run_service
 
 from skillos.clients.skillrepo import SkillRepoClient
-
-
-@contextmanager
-def pg_database(admin_url: str) -> Iterator[str]:
-    import psycopg
-
-    name = f"skillos_t_{uuid.uuid4().hex[:12]}"
-    admin = admin_url.replace("+psycopg", "")
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
