@@ -141,7 +141,7 @@ def test_a_refused_lone_op_writes_nothing(client, repo):
     def state():
         return client.get_repo(repo).seq, [(s.name, s.version, s.content) for s in client.list_skills(repo)]
 
-    before = state()
+    before, codes = state(), set()
     for op in [
         {"name": "new_skill_insert", "arguments": {"skill_name": "Heat Object", "content": "again"}},
         {"name": "new_skill_insert", "arguments": {"skill_name": "---", "content": "no name"}},
@@ -150,11 +150,19 @@ def test_a_refused_lone_op_writes_nothing(client, repo):
         {"name": "skill_update", "arguments": {"skill_name": "heat-object", "new_content": "x" * 5000}},
         {"name": "skill_update", "arguments": {"skill_name": "heat-object"}},
         {"name": "skill_delete", "arguments": {"skill_name": "missing"}},
+        {"name": "teleport", "arguments": {"skill_name": "heat-object"}},
+        {"name": "skill_delete", "arguments": "{not json"},
+        {"name": "new_skill_insert", "arguments": {"skill_name": "fresh", "content": "---\nname: fresh\n---\n"}},
+        {"name": "new_skill_insert", "arguments": {"skill_name": "fresh", "content": "---\ndescription: " + "d" * 2000
+                                                   + "\n---\nbody"}},
     ]:
         for atomic in (True, False):
             res = client.apply_ops(repo, [op], atomic=atomic)
             assert not res.applied and res.verdicts[0].status == "refused", (op, res)
+            codes.add(res.verdicts[0].code)
             assert state() == before, op
+    assert codes == {"skill_exists", "invalid_name", "invalid_yaml", "body_too_large", "missing_argument",
+                     "skill_not_found", "unknown_op", "invalid_arguments", "empty_content", "invalid_description"}
 
 
 def test_fork_snapshot_restore_and_history(client, repo):
