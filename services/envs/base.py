@@ -69,5 +69,9 @@ class Environment(ABC):
     @abstractmethod
     def open(self, task: TaskInfo, *, expert: bool = False, seed: int | None = None) -> Game: ...
 
+    def warming_up(self) -> str | None:
+        """What the process is still loading in the background (steps are slow until then), or None."""
+        return None
+
     def close(self) -> None:  # optional hook: release workers, files
         """Called once when the server shuts down."""

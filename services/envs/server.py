@@ -246,6 +246,9 @@ def build_app(env: Environment, settings: EnvServerSettings | None = None) -> Fa
     async def environment_loaded() -> None:
         if not env.splits():
             raise RuntimeError(f"{env.name}: no splits found in its data directory")
+        # not ready while a background load holds the GIL: traffic routed now would see slow steps
+        if (pending := env.warming_up()) is not None:
+            raise RuntimeError(f"{env.name}: warming up ({pending})")
 
     app = create_app(env.name, title=f"SkillOS {env.name} environment",
                      description="One environment behind the SkillOS env protocol (skillos.protocol.envs).",

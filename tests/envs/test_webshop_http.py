@@ -50,6 +50,41 @@ def open_goal_product(client, env, task_id):
     pytest.fail(f"{goal.asin} not found for {task_id}")
 
 
+def test_ready_only_when_the_background_load_is_done(server):
+    """spaCy loads in a thread after start; /readyz says so (503 with the reason) until it is done."""
+    import time
+
+    deadline, seen = time.monotonic() + 180, []
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{server.url}/readyz")
+        seen.append(r.status_code)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503 and "warming up" in str(r.json()), r.text
+        time.sleep(0.2)
+    assert seen[-1] == 200, f"not ready after 180 s: {seen[-5:]}"
+
+
+def test_readiness_follows_the_warm_up(env, monkeypatch):
+    """The same check as above, made deterministic: an unfinished load must make /readyz 503."""
+    import asyncio
+    import threading
+
+    from services.envs.server import build_app
+    from services.envs.webshop import reward
+
+    async def readyz() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(env)), base_url="http://t") as c:
+            return await c.get("/readyz")
+
+    loading = threading.Event()
+    monkeypatch.setattr(reward, "_warm_done", loading)
+    r = asyncio.run(readyz())
+    assert r.status_code == 503 and "loading spaCy" in r.text
+    loading.set()
+    assert asyncio.run(readyz()).status_code == 200
+
+
 def test_tasks_listed_over_http(client):
     tasks = client.tasks("test")
     assert len(tasks) == 500

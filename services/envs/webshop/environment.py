@@ -33,7 +33,7 @@ from services.envs.webshop.catalog import (
     purchase_prices,
 )
 from services.envs.webshop.goals import Goal, human_goals, split_goals, synthetic_goals
-from services.envs.webshop.reward import purchase_reward, warm_up_in_background
+from services.envs.webshop.reward import is_warm, purchase_reward, warm_up_in_background
 from services.envs.webshop.search import BM25Index
 from services.envs.webshop.settings import WebShopSettings
 from skillos.logging import get_logger
@@ -136,6 +136,9 @@ class WebShopEnvironment(Environment):
         )
         self.data = load_shop(self.files, num_products or settings.webshop_num_products or None)
         warm_up_in_background()
+
+    def warming_up(self) -> str | None:
+        return None if is_warm() else "loading spaCy for the purchase reward"
 
     def splits(self) -> list[str]:
         return list(self.data.tasks)

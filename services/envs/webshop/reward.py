@@ -153,6 +153,7 @@ def _nlp():
 
 
 _warm_started = False
+_warm_done = threading.Event()
 
 
 def warm_up_in_background() -> None:
@@ -162,9 +163,19 @@ def warm_up_in_background() -> None:
         if _warm_started:
             return
         _warm_started = True
-    threading.Thread(
-        target=title_nouns, args=("Warm Up Product",), name="webshop-spacy-load", daemon=True
-    ).start()
+
+    def load() -> None:
+        try:
+            title_nouns("Warm Up Product")
+        finally:
+            _warm_done.set()
+
+    threading.Thread(target=load, name="webshop-spacy-load", daemon=True).start()
+
+
+def is_warm() -> bool:
+    """spaCy is loaded. Until then the loading thread holds the GIL for seconds: steps are slow."""
+    return _warm_done.is_set()
 
 
 @lru_cache(maxsize=65536)
