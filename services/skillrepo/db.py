@@ -17,7 +17,7 @@ def is_sqlite(engine_or_url) -> bool:
     return url.get_backend_name() == "sqlite"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if is_sqlite(url):
@@ -33,7 +33,8 @@ def make_engine(url: str) -> Engine:
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
-            cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across a process crash
+            # WAL + NORMAL: durable across a crash of the process; FULL: across a power loss too
+            cur.execute(f"PRAGMA synchronous={'FULL' if sqlite_synchronous == 'FULL' else 'NORMAL'}")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()

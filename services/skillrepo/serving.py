@@ -51,7 +51,7 @@ def format_error(e: SkillFormatError, where: str = "") -> APIError:
 class SkillRepoService:
     def __init__(self, settings: SkillRepoSettings | None = None, *, run_migrations: bool = True):
         self.settings = settings or SkillRepoSettings()
-        self.engine = make_engine(self.settings.database_url)
+        self.engine = make_engine(self.settings.database_url, self.settings.sqlite_synchronous)
         if run_migrations:
             migrate(self.engine)
         self.store = Store(self.engine)

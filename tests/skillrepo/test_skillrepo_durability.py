@@ -122,3 +122,15 @@ def test_kill_9_during_write_load(backend, request, tmp_path):
             assert status["index_seq"] == status["db_seq"]
             assert {(d["name"], d["version"]) for d in status["documents"]} == \
                 {(s.name, s.version) for s in c.list_skills("load")}
+
+
+@pytest.mark.parametrize(("setting", "pragma"), [("NORMAL", 1), ("FULL", 2)])
+def test_sqlite_synchronous_setting(tmp_path, setting, pragma):
+    from sqlalchemy import text
+
+    from services.skillrepo.db import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path}/s.db", setting)
+    with engine.connect() as c:
+        assert c.execute(text("PRAGMA synchronous")).scalar() == pragma
+    engine.dispose()
