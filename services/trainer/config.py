@@ -65,10 +65,13 @@ class RolloutConfig(_Strict):
 class SyncConfig(_Strict):
     # inprocess: the policy generates in the trainer's process (CPU path, nothing to push);
     # vllm_lora: save the adapter and POST /v1/load_lora_adapter; vllm_full: save and reload weights
+    # (sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
     backend: Literal["inprocess", "vllm_lora", "vllm_full"] = "inprocess"
     vllm_url: str = "http://127.0.0.1:8000"
-    adapter_name: str = "curator"
-    weights_dir: Path | None = None            # shared volume the vLLM server reads from
+    adapter_name: str = "curator"              # vllm_lora: the model name the curator asks for
+    # shared volume the vLLM server reads from, at the same path on both sides (vllm_full: the
+    # server's --model directory)
+    weights_dir: Path | None = None
 
 
 class TrainConfig(_Strict):
@@ -103,6 +106,9 @@ class TrainConfig(_Strict):
     def _check(self) -> TrainConfig:
         if self.sync.backend == "vllm_lora" and not self.model.lora:
             raise ValueError("sync.backend=vllm_lora needs model.lora=true (only an adapter is pushed)")
+        if self.sync.backend == "vllm_full" and self.model.lora:
+            raise ValueError("sync.backend=vllm_full with model.lora=true would push the adapter alone: "
+                             "use sync.backend=vllm_lora")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0: GRPO samples N different rollouts per group")
         return self

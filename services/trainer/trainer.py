@@ -106,6 +106,16 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+def _push_weights(sync, module, tokenizer, step: int) -> float:
+    """Rank 0 pushes the weights to the serving backend; the other ranks wait for it, so that no
+    rank samples its next rollouts from the old weights (or while the adapter is being swapped)."""
+    rank, world = _rank_world()
+    seconds = sync.push(module, tokenizer, step) if rank == 0 else 0.0
+    if world > 1:
+        torch.distributed.barrier()
+    return seconds
+
+
 def load_groups(cfg: TrainConfig, settings) -> list:
     from services.trainer.grouping.io import read_groups
 
@@ -180,6 +190,10 @@ class Trainer:
                 log.info("resumed", step=step, sampler=str(sampler.state))
         sync = WeightSync(cfg.sync, self.out)
         inprocess = cfg.sync.backend == "inprocess"
+        if not inprocess:
+            # the server must serve this policy from the first rollout on: it may hold the initial
+            # weights, or after a resume weights pushed after the checkpoint
+            log.info("weights_pushed", step=step, seconds=round(_push_weights(sync, engine.module, tokenizer, step), 2))
         batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
                                     cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency)) if inprocess else None
         token = s.api_token or None
@@ -241,7 +255,7 @@ class Trainer:
         t1 = time.perf_counter()
         upd = update_policy(engine, samples, cfg, tokenizer.pad_token_id, ref) if samples else {"skipped": 1.0}
         update_s = time.perf_counter() - t1
-        sync_s = sync.push(engine.module, tokenizer, step) if rank == 0 else 0.0
+        sync_s = _push_weights(sync, engine.module, tokenizer, step)
         rollouts = [r for g in kept for r in g.rollouts]
         ops = Counter()
         for r in rollouts:
