@@ -1,0 +1,215 @@
+"""Schema-constrained sampling for the in-process curator policy, and the same masks for the loss.
+
+Why: free-text SmolLM2-135M almost never writes a call the parser can read, so every rollout of a
+group scores alike and every advantage is 0. The curator service solves this for llama.cpp with
+a JSON-schema grammar; `PolicyLLM` honours the same `response_format` here, so the trained policy
+is the one that will be served.
+
+The sampled policy is q(t) = p(t)·1[t allowed] / Σ_allowed p: the model at temperature 1, with
+disallowed tokens removed and the rest renormalised. Inside strings almost every token is allowed,
+so sampling there is the model's own; structural tokens are usually the only allowed token.
+The loss must use log q of the generated tokens, for both π_old and π_θ: that is the distribution
+the tokens were drawn from, so the importance ratio and the policy gradient are exact, and a
+forced token (one allowed choice) has log q = 0 and no gradient, instead of an advantage-weighted
+push on a token the policy never chose. The masks are a deterministic function of the token ids
+and the budget, so the trainer rebuilds them from the ids (`masks`) rather than storing them.
+
+Budget: a token is allowed only if, after it, the object can still be closed within the tokens
+left (`Automaton.dist` bytes, one single-byte token each, plus EOS), so a completion never ends
+cut off in the middle of a string.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import torch
+
+from services.trainer.grammar import Automaton, schema_node
+
+_FAR = 32767   # int16 "cannot go there"
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """The byte ↔ printable-character table of byte-level BPE vocabularies (GPT-2 style)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+class Vocabulary:
+    """Each token's bytes (None for special tokens) and a byte trie over them."""
+
+    def __init__(self, tokenizer, size: int):
+        decode = {c: b for b, c in bytes_to_unicode().items()}
+        special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+        pieces = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
+        self.size = size
+        self.eos = tokenizer.eos_token_id
+        self.token_bytes: list[bytes | None] = [None] * size
+        for i, piece in enumerate(pieces):
+            if i in special or piece is None:
+                continue
+            if not all(ch in decode for ch in piece):
+                raise ValueError("constrained decoding needs a byte-level BPE tokenizer "
+                                 f"(token {i} {piece!r} is not byte-level)")
+            self.token_bytes[i] = bytes(decode[ch] for ch in piece)
+        single = {b[0] for b in self.token_bytes if b is not None and len(b) == 1}
+        if not set(range(0x20, 0x7F)) <= single:
+            raise ValueError("the vocabulary lacks single-byte tokens for printable ASCII: "
+                             "the token budget could not be guaranteed")
+        self.children: list[dict[int, int]] = [{}]
+        self.ends: list[list[int]] = [[]]
+        for tok, data in enumerate(self.token_bytes):
+            if not data:
+                continue
+            node = 0
+            for b in data:
+                nxt = self.children[node].get(b)
+                if nxt is None:
+                    nxt = len(self.children)
+                    self.children[node][b] = nxt
+                    self.children.append({})
+                    self.ends.append([])
+                node = nxt
+            self.ends[node].append(tok)
+
+
+class SchemaConstraint:
+    """Token masks for one JSON schema, one vocabulary and one token budget."""
+
+    def __init__(self, schema: dict[str, Any], vocab: Vocabulary, max_new_tokens: int):
+        self.automaton = Automaton(schema_node(schema))
+        self.vocab, self.max_new_tokens = vocab, max_new_tokens
+        if self.automaton.dist[self.automaton.start] + 1 > max_new_tokens:
+            raise ValueError(f"the shortest answer of the schema needs {self.automaton.dist[self.automaton.start]} "
+                             f"bytes; max_new_tokens={max_new_tokens} cannot guarantee it")
+        self._next_dist: dict[int, torch.Tensor] = {}
+        self._farthest: dict[int, int] = {}
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._lock = threading.Lock()   # generation thread and trainer share the lazy DFA
+
+    @property
+    def start(self) -> int:
+        return self.automaton.start
+
+    def _distances_after(self, d: int) -> torch.Tensor:
+        """[V] int16: `dist` of the state each token leads to from `d` (_FAR if it cannot follow)."""
+        cached = self._next_dist.get(d)
+        if cached is not None:
+            return cached
+        a, v = self.automaton, self.vocab
+        ids, dists = [], []
+        stack = [(0, d)]
+        while stack:
+            node, s = stack.pop()
+            for b, child in v.children[node].items():
+                s2 = a.step(s, b)
+                if s2 < 0:
+                    continue
+                for tok in v.ends[child]:
+                    ids.append(tok)
+                    dists.append(min(a.dist[s2], _FAR - 1))
+                stack.append((child, s2))
+        out = torch.full((v.size,), _FAR, dtype=torch.int16)
+        if ids:
+            out[torch.tensor(ids)] = torch.tensor(dists, dtype=torch.int16)
+        self._next_dist[d] = out
+        self._farthest[d] = max(dists, default=0)
+        return out
+
+    def mask(self, d: int, remaining: int) -> torch.Tensor:
+        """[V] bool: the tokens allowed in state `d` with `remaining` tokens left (this one included).
+        Cached and shared: do not modify the result."""
+        with self._lock:
+            after = self._distances_after(d)
+            # after this token, remaining-1 are left: dist bytes (one token each) and EOS must fit
+            limit = min(remaining - 2, self._farthest[d])     # beyond the farthest, the budget binds nothing
+            key = (d, limit)
+            cached = self._masks.get(key)
+            if cached is None:
+                cached = after <= limit
+                if self.automaton.accepting(d) or not bool(cached.any()):
+                    cached[self.vocab.eos] = True   # also the way out of a dead end: an unreadable answer
+                self._masks[key] = cached
+        return cached
+
+    def advance(self, d: int, token: int) -> int:
+        data = self.vocab.token_bytes[token] if 0 <= token < self.vocab.size else None
+        if data is None:
+            return -1
+        with self._lock:
+            return self.automaton.walk(d, data)
+
+    def masks(self, completion_ids: list[int]) -> torch.Tensor:
+        """[len, V] bool: the mask each generated token was sampled under (replayed from the ids)."""
+        rows, d = [], self.start
+        for k, tok in enumerate(completion_ids):
+            m = self.mask(d, self.max_new_tokens - k)
+            if not bool(m[tok]):
+                raise ValueError(f"token {tok} at position {k} was not allowed by the grammar: "
+                                 "the completion was not sampled under this constraint")
+            rows.append(m)
+            if tok == self.vocab.eos:
+                break
+            d = self.advance(d, tok)
+        return torch.stack(rows) if rows else torch.zeros((0, self.vocab.size), dtype=torch.bool)
+
+
+class GrammarCache:
+    """One vocabulary per tokenizer; one `SchemaConstraint` per schema (compiled once per run)."""
+
+    def __init__(self, tokenizer, vocab_size: int, max_new_tokens: int):
+        self.vocab = Vocabulary(tokenizer, vocab_size)
+        self.max_new_tokens = max_new_tokens
+        self._by_schema: dict[str, SchemaConstraint] = {}
+
+    def for_response_format(self, response_format: dict[str, Any] | None) -> SchemaConstraint | None:
+        """The constraint of an OpenAI (`json_schema`) or llama.cpp (`json_object` + schema) request."""
+        if not response_format:
+            return None
+        schema = response_format.get("schema")
+        if schema is None and isinstance(response_format.get("json_schema"), dict):
+            schema = response_format["json_schema"].get("schema")
+        if schema is None:
+            return None
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._by_schema:
+            self._by_schema[key] = SchemaConstraint(schema, self.vocab, self.max_new_tokens)
+        return self._by_schema[key]
+
+
+class GrammarLogitsProcessor:
+    """A transformers logits processor: row i of the batch follows constraints[i] (None: free)."""
+
+    def __init__(self, constraints: list[SchemaConstraint | None], eos_id: int):
+        self.constraints = constraints
+        self.eos_id = eos_id
+        self.states = [c.start if c is not None else -1 for c in constraints]
+        self.done = [c is None for c in constraints]
+        self.calls = 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.calls:                                   # the previous step's token is the last column
+            last = input_ids[:, -1].tolist()
+            for i, c in enumerate(self.constraints):
+                if self.done[i]:
+                    continue
+                if last[i] == self.eos_id:
+                    self.done[i] = True
+                else:
+                    self.states[i] = c.advance(self.states[i], last[i])
+        for i, c in enumerate(self.constraints):
+            if not self.done[i]:
+                allowed = c.mask(self.states[i], c.max_new_tokens - self.calls)
+                scores[i] = scores[i].masked_fill(~allowed[:scores.shape[1]], float("-inf"))
+        self.calls += 1
+        return scores

@@ -1,0 +1,87 @@
+"""Constrained decoding of curator calls: the grammar of the curator's JSON schema, and sampling
+from the real SmolLM2-135M policy under it, with log-probs recomputed under the same masks."""
+
+import json
+
+import pytest
+import torch
+
+from services.curator.parsing import parse_curator_output
+from services.curator.prompts import build_curator_messages, curator_json_schema
+from services.trainer.grammar import Automaton, pattern_node, schema_node
+
+SCHEMA = curator_json_schema(1, 2)
+
+
+def _call(name, **args):
+    return {"name": name, "arguments": args}
+
+
+def test_grammar_accepts_exactly_the_schema_in_json_dumps_layout():
+    a = Automaton(schema_node(SCHEMA))
+    ok = [{"calls": [_call("new_skill_insert", skill_name="heat-then-place", content='1. Go\n2. say "hi" é')]},
+          {"calls": [_call("skill_delete", skill_name="a"), _call("skill_update", skill_name="b-2", new_content="x")]}]
+    for value in ok:
+        assert a.matches(json.dumps(value, ensure_ascii=False).encode())
+    bad = [{"calls": []},                                                       # minItems 1
+           {"calls": [_call("skill_delete", skill_name="a")] * 3},                # maxItems 2
+           {"calls": [_call("skill_delete", skill_name="-a")]},                   # pattern
+           {"calls": [_call("skill_delete", skill_name="a-b-c-d-e-f-g")]},        # {0,5}
+           {"calls": [_call("skill_remove", skill_name="a")]},                    # const
+           {"calls": [_call("new_skill_insert", skill_name="a")]}]                # required content
+    for value in bad:
+        assert not a.matches(json.dumps(value).encode()), value
+    assert not a.matches(json.dumps(ok[0], indent=1).encode())                 # fixed layout
+    # fewest bytes to a complete answer: the shortest delete call
+    shortest = json.dumps({"calls": [_call("skill_delete", skill_name="a")]}).encode()
+    assert a.dist[a.start] == len(shortest)
+
+
+def test_pattern_subset_and_unsupported_schemas_fail_loudly():
+    a = Automaton(pattern_node("^(ab|c){2,3}[0-9]?$"))
+    assert a.matches(b"abc") and a.matches(b"ccc7") and not a.matches(b"c") and not a.matches(b"cccc")
+    with pytest.raises(ValueError, match="anchored"):
+        pattern_node("[a-z]+")
+    with pytest.raises(ValueError, match="required"):
+        schema_node({"type": "object", "properties": {"a": {"type": "string"}}})
+    with pytest.raises(ValueError, match="not supported"):
+        schema_node({"type": "number"})
+
+
+@pytest.mark.slow
+def test_policy_samples_valid_calls_and_recomputes_the_sampling_logprobs(tmp_path):
+    from transformers import LogitsProcessorList
+
+    from services.trainer.constrained import GrammarCache, GrammarLogitsProcessor
+    from services.trainer.policy import encode_prompt, load_policy, sequence_logprobs
+
+    torch.manual_seed(0)
+    model, tok = load_policy(cache_dir=tmp_path / "smollm2")
+    model.eval()
+    budget = 90
+    cache = GrammarCache(tok, model.get_output_embeddings().weight.shape[0], budget)
+    constraint = cache.for_response_format({"type": "json_object", "schema": SCHEMA})
+    assert cache.for_response_format({"type": "json_schema", "json_schema": {"schema": SCHEMA}}) is constraint
+    trajectory = {"task": "put a clean mug in the coffee machine",
+                  "turns": [{"observation": "You are in a kitchen.", "action": "go to sinkbasin 1"}]}
+    messages = build_curator_messages(trajectory, False, [], output_format="json")
+    prompt, _ = encode_prompt(tok, messages, 1024)
+    for _ in range(3):
+        out = model.generate(torch.tensor([prompt]), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=budget, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                             logits_processor=LogitsProcessorList([GrammarLogitsProcessor([constraint], tok.eos_token_id)]),
+                             output_scores=True, return_dict_in_generate=True)
+        ids = out.sequences[0, len(prompt):].tolist()
+        assert ids[-1] == tok.eos_token_id and len(ids) <= budget    # closed within the budget
+        calls = parse_curator_output(tok.decode(ids, skip_special_tokens=True), None)
+        assert calls and all(c.error is None and c.name for c in calls)
+        # the sampling distribution of each generated token, as generate saw it (masked, renormalised)
+        sampled = torch.stack([torch.log_softmax(s[0].float(), -1)[t] for s, t in zip(out.scores, ids)])
+        allowed = constraint.masks(ids)
+        with torch.no_grad():
+            lp, mask = sequence_logprobs(model, [prompt], [ids], tok.pad_token_id, 1.0, [allowed])
+        assert torch.allclose(lp[0, :len(ids)], sampled, atol=2e-3)
+        forced = allowed.sum(-1) == 1
+        assert torch.all(lp[0, :len(ids)][forced].abs() < 1e-5)            # forced: log q = 0
+        assert mask[0, :len(ids)].bool().tolist() == (~forced).tolist()      # and not in the loss
+        assert 0 < int((~forced).sum()) < len(ids)
