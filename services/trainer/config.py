@@ -59,6 +59,9 @@ class RolloutConfig(_Strict):
     top_k_skills: int = 5                      # Table 4
     content_judge: bool = True                 # r_cnt from the curator service's POST /v1/judge/content
     seed_repo: str | None = None               # fork this repo for each rollout (None: start empty)
+    # in-process policy: "json" asks for the curator service's JSON schema and samples under it
+    # (constrained decoding, as llama.cpp serves it); "text" samples free text for the parser
+    curator_output_mode: Literal["json", "text"] = "json"
     timeout_s: float = 600.0
 
 

@@ -56,8 +56,24 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def write_rollouts(output_dir: Path, step: int, groups) -> Path:
+    """rollouts/step-NNNNNN.jsonl: per rollout its reward parts, advantage and, per decision, the
+    completion, the calls with their verdicts and the scores (rewritten when a step is redone)."""
+    path = output_dir / "rollouts" / f"step-{step:06d}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for g in groups:
+            for r in g.rollouts:
+                row = {"group": g.group_id, "rollout": r.rollout, "reward": r.reward.as_dict(),
+                       "advantage": r.advantage, "successes": r.successes, "decisions": r.traces}
+                f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return path
+
+
 PANELS = [
     ("reward", ["reward/total", "reward/task", "reward/fc", "reward/cnt", "reward/comp"]),
+    ("learning signal", ["signal/groups_nonzero_std_frac", "signal/adv_abs_mean", "signal/parse_rate",
+                         "signal/call_valid_rate"]),
     ("op mix (Fig. 4)", ["ops/new_skill_insert", "ops/skill_update", "ops/skill_delete", "ops/invalid"]),
     ("repo size (skills)", ["repo/skills_mean"]),
     ("lengths (tokens)", ["lengths/prompt_mean", "lengths/completion_mean"]),
@@ -74,7 +90,8 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [_flatten(r) for r in read_metrics(metrics_path)]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    cols = 4
+    fig, axes = plt.subplots((len(PANELS) + cols - 1) // cols, cols, figsize=(20, 8))
     for ax, (title, keys) in zip(axes.flat, PANELS):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
@@ -84,6 +101,8 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
         ax.set_xlabel("step")
         if ax.lines:
             ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(PANELS):]:
+        ax.set_visible(False)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=80)

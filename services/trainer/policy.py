@@ -4,7 +4,8 @@ CPU path: SmolLM2-135M-Instruct, whose only copy here is the Q4_1 GGUF inside th
 package; transformers dequantises it to a float model (`gguf_file=`), converted once and cached
 as safetensors beside the run so later loads are fast. Generation runs in the trainer's process
 (no weight sync needed); `GenerationBatcher` groups concurrent requests from parallel rollouts
-into one `generate` call. Log-probs used by the loss are always recomputed here.
+into one `generate` call, each row optionally under a JSON-schema constraint (`constrained.py`).
+Log-probs used by the loss are always recomputed here, under the same constraint.
 """
 
 from __future__ import annotations
@@ -108,8 +109,13 @@ def encode_prompt(tokenizer, messages: list[dict], max_prompt_tokens: int,
 
 @torch.no_grad()
 def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, temperature: float,
-                   top_p: float = 1.0) -> list[list[int]]:
-    """Sample one completion per prompt (left-padded batch). Returns completion ids, EOS kept."""
+                   top_p: float = 1.0, constraints: list | None = None) -> list[list[int]]:
+    """Sample one completion per prompt (left-padded batch). Returns completion ids, EOS kept.
+    constraints[i] (a `SchemaConstraint` or None) restricts row i to its schema."""
+    from transformers import LogitsProcessorList
+
+    from services.trainer.constrained import GrammarLogitsProcessor
+
     pad = tokenizer.pad_token_id
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -119,9 +125,12 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
         attn[i, width - len(p):] = 1
     was_training = model.training
     model.eval()
+    processors = LogitsProcessorList()
+    if constraints and any(c is not None for c in constraints):
+        processors.append(GrammarLogitsProcessor(list(constraints), tokenizer.eos_token_id))
     out = model.generate(input_ids=input_ids, attention_mask=attn, do_sample=True, temperature=temperature,
                          top_p=top_p, top_k=0, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                         eos_token_id=tokenizer.eos_token_id)
+                         eos_token_id=tokenizer.eos_token_id, logits_processor=processors)
     if was_training:
         model.train()
     result = []
@@ -136,11 +145,14 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
 
 
 def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-                      temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                      temperature: float = 1.0, allowed: list[torch.Tensor | None] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log pi(c_t | prompt, c_<t) of each completion: ([B, Tc], mask [B, Tc]).
 
     Right-padded; logits are divided by the sampling temperature so that the ratio compares the
-    distributions the tokens were actually drawn from.
+    distributions the tokens were actually drawn from. allowed[i] ([len(c_i), V] bool, from
+    `SchemaConstraint.masks`) renormalises over the tokens the grammar allowed, as in sampling;
+    positions with a single allowed token were not the policy's choice and get mask 0.
     """
     seqs = [p + c for p, c in zip(prompt_ids, completion_ids)]
     width = max(len(s) for s in seqs)
@@ -160,9 +172,14 @@ def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[l
         start = len(p) - 1                      # logits at position t predict token t+1
         lg = logits[i, start:start + len(c)] / temperature
         tgt = torch.tensor(c, dtype=torch.long)
+        ok = allowed[i] if allowed is not None else None
+        if ok is not None:
+            lg = lg.masked_fill(~ok[:, :lg.shape[-1]], float("-inf"))
+            mask[i, :len(c)] = (ok.sum(-1) > 1).float()
+        else:
+            mask[i, :len(c)] = 1.0
         lp = token_logprobs(lg, tgt)
         rows.append(torch.nn.functional.pad(lp, (0, tc - len(c))))
-        mask[i, :len(c)] = 1.0
     logp = torch.stack(rows)
     return logp, mask
 
@@ -179,7 +196,7 @@ class GenerationBatcher:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch, self.wait_s = max_batch, wait_s
-        self._queue: list[tuple[list[int], asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self._queue: list[tuple[list[int], object, asyncio.Future, asyncio.AbstractEventLoop]] = []
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="policy-generate", daemon=True)
@@ -187,11 +204,11 @@ class GenerationBatcher:
         self.tokens_generated = 0
         self.seconds = 0.0
 
-    async def generate(self, prompt_ids: list[int]) -> list[int]:
+    async def generate(self, prompt_ids: list[int], constraint=None) -> list[int]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         with self._cv:
-            self._queue.append((prompt_ids, fut, loop))
+            self._queue.append((prompt_ids, constraint, fut, loop))
             self._cv.notify()
         return await fut
 
@@ -208,13 +225,14 @@ class GenerationBatcher:
             start = time.perf_counter()
             try:
                 outs = generate_batch(self.model, self.tokenizer, [b[0] for b in batch],
-                                      self.max_new_tokens, self.temperature, self.top_p)
+                                      self.max_new_tokens, self.temperature, self.top_p,
+                                      constraints=[b[1] for b in batch])
                 self.seconds += time.perf_counter() - start
                 self.tokens_generated += sum(len(o) for o in outs)
-                for (_, fut, loop), out in zip(batch, outs):
+                for (_, _, fut, loop), out in zip(batch, outs):
                     loop.call_soon_threadsafe(_set_result, fut, out)
             except Exception as e:  # noqa: BLE001 - hand the failure to every waiting rollout
-                for _, fut, loop in batch:
+                for _, _, fut, loop in batch:
                     loop.call_soon_threadsafe(_set_exception, fut, e)
 
     def close(self) -> None:

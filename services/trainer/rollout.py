@@ -37,6 +37,7 @@ class CuratorSample:
     advantage: float = 0.0
     group_id: str = ""
     rollout: int = 0
+    constraint: Any = None       # the SchemaConstraint it was sampled under (the loss replays it)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class RolloutResult:
     records: list[Any]
     seconds: float
     attempts: int = 1
+    advantage: float = 0.0
+    traces: list[dict] = field(default_factory=list)   # per decision: completion, calls, verdicts
 
 
 @dataclass
@@ -67,23 +70,26 @@ class RolloutFailed(Exception):
 class PolicyLLM:
     """The `LLMClient` surface `Curator` uses (`chat`, `settings.model`), served by the policy."""
 
-    def __init__(self, batcher: GenerationBatcher, tokenizer, max_prompt_tokens: int, model_name: str):
+    def __init__(self, batcher: GenerationBatcher, tokenizer, max_prompt_tokens: int, model_name: str,
+                 grammars=None):
         self.batcher = batcher
         self.tokenizer = tokenizer
+        self.grammars = grammars     # GrammarCache: honour response_format as llama.cpp does
         self.max_prompt_tokens = max_prompt_tokens
         self.settings = SimpleNamespace(model=model_name)
         self.samples: list[CuratorSample] = []
         self.truncated_prompts = 0
 
-    async def chat(self, messages: list[dict], **_ignored: Any):
+    async def chat(self, messages: list[dict], response_format: dict | None = None, **_ignored: Any):
         # temperature / max_tokens come from the trainer config, not the curator's request
         from skillos.llm.client import ChatResult, Usage
 
         prompt_ids, truncated = encode_prompt(self.tokenizer, messages, self.max_prompt_tokens)
         self.truncated_prompts += truncated
+        constraint = self.grammars.for_response_format(response_format) if self.grammars else None
         start = time.perf_counter()
-        ids = await self.batcher.generate(prompt_ids)
-        self.samples.append(CuratorSample(prompt_ids=prompt_ids, completion_ids=ids))
+        ids = await self.batcher.generate(prompt_ids, constraint)
+        self.samples.append(CuratorSample(prompt_ids=prompt_ids, completion_ids=ids, constraint=constraint))
         finished = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
         return ChatResult(content=self.tokenizer.decode(ids, skip_special_tokens=True),
                           finish_reason="stop" if finished else "length",
@@ -101,6 +107,7 @@ class ScoringCurator:
         self.inner, self.ctx, self.repo, self.llm = inner, ctx, repo, llm
         self.decisions: list[Decision] = []
         self.samples: list[CuratorSample] = []
+        self.traces: list[dict] = []
 
     async def curate(self, request):
         response = await self.inner.curate(request)
@@ -125,6 +132,7 @@ class ScoringCurator:
         decision.judge_score = await self._judge(response, request.trajectory.task)
         decision.repo_tokens = await self._repo_tokens()
         self.decisions.append(decision)
+        self.traces.append(_trace(response, decision))
         return response
 
     async def _judge(self, response, task: str) -> float:
@@ -147,6 +155,21 @@ class ScoringCurator:
         skills = await self.ctx.repo_client.list_skills(self.repo)
         text = "\n".join(getattr(s, "content", "") or _skill_text(s) for s in skills)
         return len(self.ctx.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+
+def _trace(response, decision: Decision) -> dict:
+    """What one decision did, for the step's rollout log (why rewards tie or differ)."""
+    from services.curator.parsing import parse_curator_output
+    from skillos.protocol.curator import OP_NAMES
+
+    readable = sum(1 for c in parse_curator_output(response.raw_completion, response.raw_tool_calls)
+                   if c.error is None and c.name in OP_NAMES)
+    return {"completion": (response.raw_completion or "")[:4000], "readable_calls": readable,
+            "calls": [{"name": c.name, "valid": c.valid, "applied": c.applied, "reason": c.reason,
+                       "arguments": {k: str(v)[:300] for k, v in (c.arguments or {}).items()}}
+                      for c in response.calls],
+            "parse_ok": decision.parse_ok, "judge": decision.judge_score,
+            "repo_tokens": decision.repo_tokens, "context_tokens": decision.context_tokens}
 
 
 def _skill_text(skill: Any) -> str:
@@ -173,6 +196,7 @@ class RolloutContext:
     lambdas: tuple[float, float, float] = (1.0, 0.1, 0.05)
     concurrency: asyncio.Semaphore | None = None
     model_name: str = "policy"
+    grammars: Any = None     # GrammarCache for in-process constrained decoding (None: free text)
 
 
 async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: int, seed: int) -> RolloutResult:
@@ -188,7 +212,7 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
     try:
         llm = None
         if ctx.batcher is not None:
-            llm = PolicyLLM(ctx.batcher, ctx.tokenizer, ctx.max_prompt_tokens, ctx.model_name)
+            llm = PolicyLLM(ctx.batcher, ctx.tokenizer, ctx.max_prompt_tokens, ctx.model_name, ctx.grammars)
             inner = Curator(ctx.curator_settings, llm=llm, judge_llm=_NoJudge(), repo=ctx.repo_client)
         else:
             inner = _RemoteCurator(ctx.curator_client)
@@ -209,7 +233,7 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
         for s in curator.samples:
             s.group_id, s.rollout = group.id, n
         return RolloutResult(n, repo, successes, curator.decisions, curator.samples, reward, records,
-                             time.perf_counter() - start, attempt + 1)
+                             time.perf_counter() - start, attempt + 1, traces=curator.traces)
     finally:
         try:
             await ctx.repo_client.delete_repo(repo)
@@ -270,6 +294,7 @@ async def run_group(ctx: RolloutContext, group, n_rollouts: int, step: int, retr
     result.rollouts = [o for o in outcomes if not isinstance(o, str)]
     advantages = group_advantages([r.reward.total for r in result.rollouts])
     for r, a in zip(result.rollouts, advantages):
+        r.advantage = a
         for s in r.samples:
             s.advantage = a
     return result

@@ -43,6 +43,15 @@ def _microbatches(samples: list[CuratorSample], size: int) -> list[list[CuratorS
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 
 
+def _allowed(samples: list[CuratorSample]) -> list[torch.Tensor | None]:
+    # the masks each completion was sampled under, replayed from its ids (see constrained.py)
+    return [s.constraint.masks(s.completion_ids) if s.constraint is not None else None for s in samples]
+
+
+def _chosen_tokens(s: CuratorSample, allowed: torch.Tensor | None) -> int:
+    return len(s.completion_ids) if allowed is None else int((allowed.sum(-1) > 1).sum())
+
+
 def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id: int,
                   ref_model=None) -> dict[str, float]:
     """One optimizer step on `samples` (each carries its rollout's advantage)."""
@@ -50,25 +59,28 @@ def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id
     if not samples:
         return {"skipped": 1.0}
     mbs = _microbatches(samples, cfg.deepspeed.micro_batch_sequences)
-    total_tokens = float(sum(len(s.completion_ids) for s in samples))
+    allowed = [_allowed(mb) for mb in mbs]
+    # token mean over the tokens the policy chose: grammar-forced tokens carry no decision
+    total_tokens = float(sum(_chosen_tokens(s, a) for mb, al in zip(mbs, allowed) for s, a in zip(mb, al)))
+    total_tokens = max(total_tokens, 1.0)
     start = time.perf_counter()
     # old-policy log-probs: recomputed here from token ids, never taken from a server
     engine.module.eval()
     old: list[torch.Tensor] = []
     refs: list[torch.Tensor | None] = []
     with torch.no_grad():
-        for mb in mbs:
+        for mb, al in zip(mbs, allowed):
             lp, _ = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                      pad_id, cfg.temperature)
+                                      pad_id, cfg.temperature, al)
             old.append(lp)
-            refs.append(_ref_logprobs(engine, ref_model, mb, pad_id, cfg) if cfg.kl_coef > 0 else None)
+            refs.append(_ref_logprobs(engine, ref_model, mb, pad_id, cfg, al) if cfg.kl_coef > 0 else None)
     old_s = time.perf_counter() - start
     engine.module.train()
     stats = Counter()
     pre_step_norm = None
     for i, mb in enumerate(mbs):
         logp, mask = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                       pad_id, cfg.temperature)
+                                       pad_id, cfg.temperature, allowed[i])
         out = clipped_surrogate_loss(logp, old[i], torch.tensor([s.advantage for s in mb]), mask,
                                      clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                                      ref_logp=refs[i], kl_coef=cfg.kl_coef, token_normalizer=total_tokens)
@@ -87,17 +99,32 @@ def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id
     elapsed = time.perf_counter() - start
     return {"loss": stats["loss"], "clip_fraction": stats["clip_fraction"] / total_tokens,
             "approx_kl_old": stats["approx_kl_old"] / total_tokens, "kl_ref": stats["kl_ref"] / total_tokens,
-            "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens, "sequences": float(len(samples)),
-            "microbatches": float(len(mbs)), "old_logprob_s": old_s, "seconds": elapsed,
-            "tokens_per_s": total_tokens / max(elapsed, 1e-9)}
+            "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens,
+            "completion_tokens": float(sum(len(s.completion_ids) for s in samples)),
+            "sequences": float(len(samples)), "microbatches": float(len(mbs)), "old_logprob_s": old_s,
+            "seconds": elapsed, "tokens_per_s": total_tokens / max(elapsed, 1e-9)}
 
 
-def _ref_logprobs(engine, ref_model, mb, pad_id, cfg) -> torch.Tensor:
+def _ref_logprobs(engine, ref_model, mb, pad_id, cfg, allowed) -> torch.Tensor:
     prompts, comps = [s.prompt_ids for s in mb], [s.completion_ids for s in mb]
     if cfg.model.lora:
         with engine.module.disable_adapter():    # the base model is the reference
-            return sequence_logprobs(engine, prompts, comps, pad_id, cfg.temperature)[0]
-    return sequence_logprobs(ref_model, prompts, comps, pad_id, cfg.temperature)[0]
+            return sequence_logprobs(engine, prompts, comps, pad_id, cfg.temperature, allowed)[0]
+    return sequence_logprobs(ref_model, prompts, comps, pad_id, cfg.temperature, allowed)[0]
+
+
+def signal_metrics(groups) -> dict[str, float]:
+    """Is there anything to learn from? Groups whose rewards differ, |A|, and how many decisions
+    wrote a readable call and how many calls the repo accepted."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    traces = [t for r in rollouts for t in r.traces]
+    calls = [c for t in traces for c in t["calls"]]
+    n_groups, n_rollouts = max(1, len(groups)), max(1, len(rollouts))
+    return {"groups_nonzero_std_frac": sum(float(np.std([r.reward.total for r in g.rollouts])) > 1e-9
+                                           for g in groups) / n_groups,
+            "adv_abs_mean": sum(abs(r.advantage) for r in rollouts) / n_rollouts,
+            "parse_rate": sum(t["readable_calls"] > 0 for t in traces) / max(1, len(traces)),
+            "call_valid_rate": sum(c["valid"] for c in calls) / max(1, len(calls))}
 
 
 def _rank_world() -> tuple[int, int]:
@@ -165,7 +192,7 @@ class Trainer:
 
     async def _run(self) -> dict[str, Any]:
         from services.curator.settings import CuratorSettings
-        from services.trainer.metrics import MetricsWriter, plot_report
+        from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
         from services.trainer.policy import GenerationBatcher
         from services.trainer.rollout import RolloutContext
         from services.trainer.sync import WeightSync
@@ -196,6 +223,12 @@ class Trainer:
             log.info("weights_pushed", step=step, seconds=round(_push_weights(sync, engine.module, tokenizer, step), 2))
         batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
                                     cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency)) if inprocess else None
+        grammars = None
+        if inprocess and cfg.rollout.curator_output_mode == "json":
+            from services.trainer.constrained import GrammarCache
+
+            width = engine.module.get_output_embeddings().weight.shape[0]   # logits width
+            grammars = GrammarCache(tokenizer, width, cfg.max_response_tokens)
         token = s.api_token or None
         repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=token)
         curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
@@ -203,7 +236,8 @@ class Trainer:
         run_id = f"train-{uuid.uuid4().hex[:6]}"
         ctx = RolloutContext(
             env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
-            curator_settings=CuratorSettings(curator_output_mode="text"), tokenizer=tokenizer, batcher=batcher,
+            curator_settings=CuratorSettings(curator_output_mode=cfg.rollout.curator_output_mode),
+            tokenizer=tokenizer, batcher=batcher, grammars=grammars,
             run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
             max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge,
             seed_repo=cfg.rollout.seed_repo, lambdas=(cfg.lambda_fc, cfg.lambda_cnt, cfg.lambda_comp),
@@ -212,10 +246,12 @@ class Trainer:
         try:
             while step < cfg.steps:
                 step += 1
-                row = await self._step(step, engine, tokenizer, ref, sampler, ctx, sync)
+                row, kept = await self._step(step, engine, tokenizer, ref, sampler, ctx, sync)
                 if _rank_world()[0] == 0:
                     metrics.write(step, row)
+                    write_rollouts(self.out, step, kept)
                 log.info("step", step=step, reward=row.get("reward", {}).get("total"),
+                         groups_with_signal=row["signal"]["groups_nonzero_std_frac"],
                          dropped=row["groups"]["dropped"], rollout_s=row["time"]["rollout_s"],
                          update_s=row["time"]["update_s"])
                 if step % cfg.save_every == 0 or step == cfg.steps:
@@ -272,6 +308,7 @@ class Trainer:
                        "dropped_reasons": [f"{r.group_id}: {r.reason}" for r in results if r.dropped]},
             "reward": {k: mean(getattr(r.reward, k) for r in rollouts) for k in ("total", "task", "fc", "cnt", "comp")},
             "reward_std_within_group": mean(float(np.std([r.reward.total for r in g.rollouts])) for g in kept),
+            "signal": signal_metrics(kept),
             "success_rate": mean(x for r in rollouts for x in r.successes),
             "ops": {k: v / n_dec for k, v in sorted(ops.items())},
             "repo": {"skills_mean": mean((r.records[-1].repo_size or 0) for r in rollouts if r.records)},
@@ -280,4 +317,4 @@ class Trainer:
             "update": upd,
             "time": {"rollout_s": rollout_s, "update_s": update_s, "sync_s": sync_s,
                      "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
-        }
+        }, kept

@@ -78,6 +78,16 @@ def test_tiny_training_run_kill9_mid_step_and_resume(stack, tmp_path):
     # one curator completion per task per rollout
     assert row["update"]["sequences"] == cfg.groups_per_step * cfg.rollouts_per_group * cfg.data.group_size
     assert row["update"]["tokens"] > 0 and row["update"]["grad_norm"] >= 0
+    # a learning signal: under the curator schema every decision writes readable calls, and the
+    # rollouts of at least one group score differently, so the update has a nonzero gradient
+    learn = row["signal"]
+    assert learn["parse_rate"] == 1.0, learn
+    assert learn["groups_nonzero_std_frac"] > 0 and learn["adv_abs_mean"] > 0, learn
+    assert row["update"]["grad_norm"] > 0 and row["update"]["loss"] != 0, row["update"]
+    logged = [json.loads(line) for line in (out / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
+    assert len(logged) == cfg.groups_per_step * cfg.rollouts_per_group
+    assert {len(r["decisions"]) for r in logged} == {cfg.data.group_size}
+    assert len({r["reward"]["total"] for r in logged}) > 1
     for part in ("total", "task", "fc", "cnt", "comp"):
         assert isinstance(row["reward"][part], float)
     assert row["time"]["rollout_s"] > 0 and row["time"]["update_s"] > 0
