@@ -93,6 +93,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
     ) -> None:
         """Stage 1: LLM annotation (judge role, SKILLOS_JUDGE_LLM_*) with a JSON schema, cached."""
         import asyncio
+        import time
 
         from services.trainer.grouping.annotate import AnnotationCache, annotate_tasks
         from skillos.llm import LLMClient, LLMSettings
@@ -105,9 +106,19 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             async with LLMClient(LLMSettings.for_role("judge")) as client:
                 return await annotate_tasks(rows, client, store, concurrency, json_style=json_style)
 
+        before = {k for k, row in store.entries.items() if row.get("ok")}
+        start = time.perf_counter()
         result = asyncio.run(go())
+        elapsed = time.perf_counter() - start
         empty = sum(1 for a in result.values() if not any(a.model_dump().values()))
-        print_json({"annotated": len(result), "empty": empty, "cache": str(cache)})
+        fresh = [row for k, row in store.entries.items() if k not in before
+                 and row["task_id"] in result]
+        print_json({"annotated": len(result), "empty": empty, "from_cache": len(result) - len(fresh),
+                    "llm_annotated": len(fresh), "valid": sum(r["ok"] for r in fresh),
+                    "valid_first_try": sum(r["ok"] and r.get("attempts") == 1 for r in fresh),
+                    "seconds": round(elapsed, 1),
+                    "seconds_per_llm_task": round(elapsed / len(fresh), 2) if fresh else 0.0,
+                    "cache": str(cache)})
 
     @group_app.command("reasoning")
     def group_reasoning(
@@ -143,9 +154,13 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         params = GroupingParams(size_min=size_min, size_max=size_max)
         groups, extra = GroupBuilder(items, PhraseEncoder(), params, seed=seed).build(num_groups)
         extra["tasks_without_annotation"] = missing
-        write_groups(out, groups)
         stats = group_statistics(groups, extra)
-        write_report(out.with_name(out.stem + ".report"), stats)
+        report = out.with_name(out.stem + ".report")
+        write_report(report, stats)
+        if not groups:   # an empty groups file would only fail later, in `skillos train`
+            fail(f"no group of {size_min}+ tasks passed the dependency gate "
+                 f"(gate failures: {extra['gate_failures']}); see {report}.md")
+        write_groups(out, groups)
         print_json({k: v for k, v in stats.items() if k != "params"})
 
     @app.command("train")

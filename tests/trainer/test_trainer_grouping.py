@@ -110,8 +110,10 @@ def test_dependency_gate_and_groups(encoder):
 
 def test_annotation_parsing_and_cache(tmp_path):
     ann = parse_annotation('```json\n{"topics": ["Algebra", "algebra", ""], "skills": ["a b c d e f g"],'
-                           ' "concepts": [], "heuristics": [], "pitfalls": []}\n```')
+                           ' "concepts": ["ratio"], "heuristics": ["guess"], "pitfalls": ["sign"]}\n```')
     assert ann.topics == ["algebra"] and ann.skills == ["a b c d e"]
+    with pytest.raises(ValueError, match="concepts, heuristics"):     # the schema's minItems 1
+        parse_annotation('{"topics": ["x"], "skills": ["y"], "concepts": [], "heuristics": [], "pitfalls": ["z"]}')
     cache = AnnotationCache(tmp_path / "c.jsonl")
     key = cache_key("m", "what is 1+1")
     cache.put(key, "t1", ann, ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -44,7 +45,10 @@ class Annotation(BaseModel):
 
 def response_format(style: str = "openai") -> dict:
     """The schema in the dialect of the backend: "openai" (OpenAI, vLLM) or "llama_cpp"."""
-    phrase_list = {"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 5}
+    # minItems 1: every dimension is populated (App. B.2.1); under a grammar SmolLM2-135M left
+    # whole annotations empty (3 of 20 demo tasks), which stage 2 can never match
+    phrase_list = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 60},
+                   "minItems": 1, "maxItems": 5}
     schema = {"type": "object", "properties": {f: phrase_list for f in FIELDS},
               "required": list(FIELDS), "additionalProperties": False}
     if style == "llama_cpp":
@@ -70,9 +74,10 @@ class AnnotationCache:
         row = self.entries.get(key)
         return Annotation(**row["annotation"]) if row and row.get("ok") else None
 
-    def put(self, key: str, task_id: str, annotation: Annotation, ok: bool, reason: str = "") -> None:
-        row = {"key": key, "task_id": task_id, "ok": ok, "reason": reason,
-               "annotation": annotation.model_dump()}
+    def put(self, key: str, task_id: str, annotation: Annotation, ok: bool, reason: str = "",
+            attempts: int = 1, seconds: float = 0.0) -> None:
+        row = {"key": key, "task_id": task_id, "ok": ok, "reason": reason, "attempts": attempts,
+               "seconds": round(seconds, 3), "annotation": annotation.model_dump()}
         self.entries[key] = row
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:  # append-only: a crash loses at most the line in flight
@@ -80,10 +85,17 @@ class AnnotationCache:
 
 
 def parse_annotation(content: str) -> Annotation:
+    """The answer, checked like the schema asks (a backend may ignore response_format)."""
     text = content.strip()
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
-    return Annotation.model_validate(json.loads(text)).cleaned()
+    # strict=False: llama.cpp's string grammar lets raw newlines through (2 of 20 demo answers);
+    # cleaned() folds them into spaces anyway
+    ann = Annotation.model_validate(json.loads(text, strict=False)).cleaned()
+    empty = [f for f in FIELDS if not getattr(ann, f)]
+    if empty:
+        raise ValueError(f"no phrases for {', '.join(empty)}")
+    return ann
 
 
 async def annotate_tasks(tasks: list[dict], client, cache: AnnotationCache, concurrency: int = 4,
@@ -101,20 +113,24 @@ async def annotate_tasks(tasks: list[dict], client, cache: AnnotationCache, conc
             return
         reason = ""
         async with sem:
-            for _attempt in range(2):
+            start = time.perf_counter()
+            for attempt in (1, 2):
+                # the first try is greedy; the retry samples, since greedy decoding would repeat itself
+                sampling = {"temperature": 0.0} if attempt == 1 else {"temperature": 0.7, "seed": attempt}
                 result = await client.chat(
                     [{"role": "system", "content": INSTRUCTION},
                      {"role": "user", "content": task["instruction"]}],
-                    temperature=0.0, max_tokens=max_tokens,
-                    response_format=response_format(json_style))
+                    max_tokens=max_tokens, response_format=response_format(json_style), **sampling)
                 try:
                     ann = parse_annotation(result.content)
-                    cache.put(key, task["id"], ann, ok=True)
+                    cache.put(key, task["id"], ann, ok=True, reason=reason, attempts=attempt,
+                              seconds=time.perf_counter() - start)   # reason: why a first try failed
                     out[task["id"]] = ann
                     return
                 except (ValueError, ValidationError) as e:
                     reason = f"{type(e).__name__}: {str(e)[:200]}"
-        cache.put(key, task["id"], Annotation(), ok=False, reason=reason)
+            cache.put(key, task["id"], Annotation(), ok=False, reason=reason, attempts=2,
+                      seconds=time.perf_counter() - start)
         out[task["id"]] = Annotation()
 
     await asyncio.gather(*(one(t) for t in tasks))

@@ -82,8 +82,9 @@ def group_statistics(groups: list[TaskGroup], extra: dict[str, Any] | None = Non
 def write_report(path: Path, stats: dict[str, Any]) -> None:
     """JSON statistics plus a short Markdown rendering for people."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    # suffixes appended, not replaced: "groups.report" → groups.report.json (with_suffix gave groups.json)
+    path.with_name(path.name + ".json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     lines = ["# Task grouping report", "", "| statistic | value |", "|---|---|"]
     for k, v in stats.items():
         lines.append(f"| {k} | {json.dumps(v, ensure_ascii=False)} |")
-    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    path.with_name(path.name + ".md").write_text("\n".join(lines) + "\n")
