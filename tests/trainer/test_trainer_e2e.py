@@ -83,7 +83,8 @@ def test_tiny_training_run_kill9_mid_step_and_resume(stack, tmp_path):
     learn = row["signal"]
     assert learn["parse_rate"] == 1.0, learn
     assert learn["groups_nonzero_std_frac"] > 0 and learn["adv_abs_mean"] > 0, learn
-    assert row["update"]["grad_norm"] > 0 and row["update"]["loss"] != 0, row["update"]
+    # (the loss itself can be 0 at ratio 1 when a group's token-weighted advantages cancel)
+    assert row["update"]["grad_norm"] > 0, row["update"]
     logged = [json.loads(line) for line in (out / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
     assert len(logged) == cfg.groups_per_step * cfg.rollouts_per_group
     assert {len(r["decisions"]) for r in logged} == {cfg.data.group_size}
