@@ -120,5 +120,5 @@ class TrainConfig(_Strict):
     def from_yaml(cls, path: str | Path) -> TrainConfig:
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: the top level must be a mapping of config fields")
+            raise ValueError(f"{path}: the top level must be a mapping of config fields")  # noqa: TRY004 - bad file content
         return cls.model_validate(data)

@@ -66,9 +66,9 @@ def group_by_type(tasks: Iterable[TaskLike], env: str, size: int = 10,
     order = []
     depth = max(len(v) for v in per_type.values())
     for i in range(depth):
-        for typ in per_type:
-            if i < len(per_type[typ]):
-                order.append((typ, per_type[typ][i]))
+        for typ, groups in per_type.items():
+            if i < len(groups):
+                order.append((typ, groups[i]))
     if num_groups is not None:
         order = order[:num_groups]
     groups = [
