@@ -210,6 +210,7 @@ class GrammarLogitsProcessor:
         for i, c in enumerate(self.constraints):
             if not self.done[i]:
                 allowed = c.mask(self.states[i], c.max_new_tokens - self.calls)
-                scores[i] = scores[i].masked_fill(~allowed[:scores.shape[1]], float("-inf"))
+                allowed = allowed[:scores.shape[1]].to(scores.device)
+                scores[i] = scores[i].masked_fill(~allowed, float("-inf"))
         self.calls += 1
         return scores

@@ -123,6 +123,8 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     for i, p in enumerate(prompts):
         input_ids[i, width - len(p):] = torch.tensor(p)
         attn[i, width - len(p):] = 1
+    dev = model_device(model)
+    input_ids, attn = input_ids.to(dev), attn.to(dev)
     was_training = model.training
     model.eval()
     processors = LogitsProcessorList()
@@ -144,6 +146,14 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     return result
 
 
+def model_device(model) -> torch.device:
+    """Where the model's inputs must go (an HF model, a peft wrapper or a DeepSpeed engine)."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    return next(model.parameters()).device
+
+
 def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
                       temperature: float = 1.0, allowed: list[torch.Tensor | None] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,17 +172,18 @@ def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[l
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
         attn[i, :len(s)] = 1
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
-    mask = torch.zeros((len(seqs), tc), dtype=torch.float32)
+    dev = model_device(model)
+    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), use_cache=False).logits
+    mask = torch.zeros((len(seqs), tc), dtype=torch.float32, device=dev)
     rows = []
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         if not c:
-            rows.append(torch.zeros(tc))
+            rows.append(torch.zeros(tc, device=dev))
             continue
         start = len(p) - 1                      # logits at position t predict token t+1
         lg = logits[i, start:start + len(c)] / temperature
-        tgt = torch.tensor(c, dtype=torch.long)
-        ok = allowed[i] if allowed is not None else None
+        tgt = torch.tensor(c, dtype=torch.long, device=dev)
+        ok = allowed[i].to(dev) if allowed is not None and allowed[i] is not None else None
         if ok is not None:
             lg = lg.masked_fill(~ok[:, :lg.shape[-1]], float("-inf"))
             mask[i, :len(c)] = (ok.sum(-1) > 1).float()

@@ -81,7 +81,7 @@ def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id
     for i, mb in enumerate(mbs):
         logp, mask = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
                                        pad_id, cfg.temperature, allowed[i])
-        out = clipped_surrogate_loss(logp, old[i], torch.tensor([s.advantage for s in mb]), mask,
+        out = clipped_surrogate_loss(logp, old[i], torch.tensor([s.advantage for s in mb], device=logp.device), mask,
                                      clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                                      ref_logp=refs[i], kl_coef=cfg.kl_coef, token_normalizer=total_tokens)
         last = i == len(mbs) - 1
