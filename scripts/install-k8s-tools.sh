@@ -37,4 +37,6 @@ with zipfile.ZipFile(layer) as z:
         os.replace(target + ".part", target)
 PY
 "$BIN/helm" version --short
-"$BIN/kubectl" version --client | head -1
+# no `| head`: under pipefail, kubectl killed by SIGPIPE mid-output failed the set-up (exit 141)
+kubectl_version=$("$BIN/kubectl" version --client)
+echo "${kubectl_version%%$'\n'*}"
