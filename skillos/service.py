@@ -54,7 +54,8 @@ class _ObserveRequests:
     """Request metrics and one log line per request, as plain ASGI middleware.
 
     Starlette's `@app.middleware("http")` (BaseHTTPMiddleware) runs every request through an extra
-    task and memory stream; measured on the skill repo's search that cost ~1 ms per request.
+    task and memory stream; with it gone (and async dependencies) the skill repo's HTTP search at 50k
+    skills went from 4.5-5.6 ms to 3.3 ms p50 on the loaded development machine.
     """
 
     _QUIET = ("/healthz", "/readyz", "/metrics")
