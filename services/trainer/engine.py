@@ -15,18 +15,12 @@ on the last one (the number of micro-batches varies from step to step).
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import torch
 
 from services.trainer.config import TrainConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from skillos.net import free_port
 
 
 def on_gpu() -> bool:
@@ -40,7 +34,7 @@ def prepare_distributed_env() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
 def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:

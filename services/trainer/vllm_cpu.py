@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Self
 
 import httpx
+
+from skillos.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "smollm2"
@@ -29,12 +30,6 @@ def vllm_python() -> Path:
     return Path(os.environ.get("SKILLOS_VLLM_PYTHON") or ROOT / ".venv-vllm" / "bin" / "python")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class VLLMServer:
     """`with VLLMServer(model_dir, log) as srv:` starts the server on loopback and waits until it
     answers; srv.url is its base URL (no /v1)."""
@@ -42,7 +37,7 @@ class VLLMServer:
     def __init__(self, model_dir: Path, log: Path, *, max_lora_rank: int = 16, kv_cache_gib: int = 1,
                  ready_timeout_s: float = 600.0):
         self.model_dir, self.log, self.ready_timeout_s = Path(model_dir), Path(log), ready_timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
                     "--model", str(self.model_dir), "--served-model-name", SERVED_NAME,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from services.trainer.config import SyncConfig, TrainConfig
 from services.trainer.policy import apply_lora, encode_prompt, load_policy
 from services.trainer.rollout import CuratorSample
 from services.trainer.sync import WeightSync, WeightSyncError
+from skillos.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,18 +131,12 @@ def test_vllm_lora_under_zero3_gathers_only_the_adapter(cache, tmp_path):
     print(f"\nZeRO-3 vllm_lora push (1 rank, CPU): {sync.last}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_gather_together_and_a_refused_push_raises_on_both(cache, tmp_path):
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)                             # torchrun sets them per rank
     # a real free port: with --master_port 0 the ranks never meet (the run hung until the timeout)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            "-m", "tests.trainer.zero3_ranks", str(cache), str(tmp_path)]
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
