@@ -17,6 +17,8 @@ from skillos.protocol.skillrepo import (
     ForkRequest,
     ImportResult,
     IndexStatus,
+    OpLog,
+    OpLogEntry,
     OpsRequest,
     OpsResult,
     Repo,
@@ -32,6 +34,7 @@ from skillos.protocol.skillrepo import (
     Snapshot,
     SnapshotCreate,
     SnapshotList,
+    TokenInfo,
 )
 from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
 
@@ -62,12 +65,13 @@ Auth = Annotated[Grant, Depends(grant)]
 
 
 def repo_out(r: RepoRow) -> Repo:
-    return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from)
+    return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
+                updated_at=r.updated_at)
 
 
 def skill_out(s: StoredSkill) -> Skill:
     return Skill(name=s.name, description=s.description, body=s.body, metadata=s.metadata, version=s.version,
-                 content=s.content, updated_at=s.updated_at)
+                 content=s.content, updated_at=s.updated_at, cause=s.cause)
 
 
 async def _body(request: Request, svc: SkillRepoService) -> bytes:
@@ -116,6 +120,11 @@ def _etag(response: Response, version: int) -> None:
     response.headers["ETag"] = f'"{version}"'
 
 
+@router.get("/whoami", response_model=TokenInfo, summary="What the caller's token may do (scope, repo prefix)")
+async def whoami(request: Request, auth: Auth) -> TokenInfo:
+    return TokenInfo(mode=request.app.state.auth.mode, scope=auth.scope, prefix=auth.prefix)
+
+
 # --- repos ---
 
 @router.post("/repos", status_code=201, response_model=Repo, summary="Create a repo")
@@ -152,10 +161,18 @@ async def fork_repo(repo: str, body: ForkRequest, svc: Svc, auth: Auth) -> Repo:
 
 # --- skills ---
 
-@router.get("/repos/{repo}/skills", response_model=SkillList, summary="Every skill of a repo")
-async def list_skills(repo: str, svc: Svc, auth: Auth) -> SkillList:
+@router.get("/repos/{repo}/skills", response_model=SkillList,
+            summary="The skills of a repo by name: all of them, or a page with ?limit (and ?after)")
+async def list_skills(repo: str, svc: Svc, auth: Auth,
+                      limit: Annotated[int | None, Query(ge=1, le=1000, description="page size")] = None,
+                      after: Annotated[str | None, Query(max_length=128,
+                                                         description="names after this one")] = None) -> SkillList:
     auth.require(repo)
-    return SkillList(skills=[skill_out(s) for s in await run_in_threadpool(svc.list_skills, repo)])
+    # one more than asked: tells whether another page follows
+    rows = await run_in_threadpool(svc.list_skills, repo, limit + 1 if limit else None, after)
+    more = limit is not None and len(rows) > limit
+    rows = rows[:limit] if limit else rows
+    return SkillList(skills=[skill_out(s) for s in rows], next_after=rows[-1].name if more else None)
 
 
 @router.post("/repos/{repo}/skills", status_code=201, response_model=Skill, openapi_extra=_SKILL_BODY,
@@ -241,7 +258,8 @@ async def skill_version(repo: str, name: str, version: int, svc: Svc, auth: Auth
              summary="Make an earlier version the skill's newest one")
 async def restore_skill(repo: str, name: str, body: RestoreSkillRequest, svc: Svc, auth: Auth) -> Skill:
     auth.require(repo, write=True)
-    return skill_out(await run_in_threadpool(svc.restore_skill, repo, name, body.version))
+    origin = body.origin.model_dump(exclude_none=True) if body.origin else None
+    return skill_out(await run_in_threadpool(svc.restore_skill, repo, name, body.version, origin))
 
 
 # --- search and ops ---
@@ -262,6 +280,20 @@ async def search(repo: str, svc: Svc, auth: Auth,
 async def apply_ops(repo: str, body: OpsRequest, svc: Svc, auth: Auth) -> OpsResult:
     auth.require(repo, write=True)
     return await run_in_threadpool(svc.apply_ops, repo, body)
+
+
+@router.get("/repos/{repo}/ops", response_model=OpLog,
+            summary="The repo's op log, newest first: every batch of ops with each op's verdict, and REST writes")
+async def op_log(repo: str, svc: Svc, auth: Auth,
+                 before: Annotated[int | None, Query(ge=1, description="entries older than this id")] = None,
+                 limit: Annotated[int, Query(ge=1, le=500)] = 50) -> OpLog:
+    auth.require(repo)
+    rows = await run_in_threadpool(svc.op_log, repo, before, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    entries = [OpLogEntry(id=r.id, seq=r.seq, kind=r.kind, applied=r.applied, created_at=r.created_at,
+                          origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries) for r in rows]
+    return OpLog(entries=entries, next_before=rows[-1].id if more else None)
 
 
 @router.get("/repos/{repo}/index", response_model=IndexStatus,

@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 
-from services.skillrepo.tables import blobs, repos, skill_heads, skill_versions
+from services.skillrepo.tables import blobs, op_log, repos, skill_heads, skill_versions
 
 
 class DriverStatement:
@@ -80,3 +80,4 @@ class HotStatements:
             version=bindparam("v"), blob_hash=bindparam("h"),
             updated_at=bindparam("t", type_=skill_heads.c.updated_at.type)))
         self.update_seq = s(update(repos).where(repos.c.id == bindparam("r")).values(seq=bindparam("s")))
+        self.insert_log = s(insert(op_log).inline(), [c.name for c in op_log.c if c.name != "id"])

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
 import time
 
 from prometheus_client import Counter, Histogram
+from pydantic import TypeAdapter
 
 from services.skillrepo.db import make_engine, migrate
 from services.skillrepo.indexes import Announcer, IndexManager
@@ -21,9 +23,10 @@ from services.skillrepo.search import tokenize
 from services.skillrepo.settings import SkillRepoSettings
 from services.skillrepo.store import RepoRow, Store, StoredSkill, VersionRow, skill_not_found
 from skillos.errors import APIError
-from skillos.protocol.skillrepo import OpsRequest, OpsResult, SearchHit
+from skillos.protocol.skillrepo import OpsRequest, OpsResult, OpVerdict, SearchHit
 from skillos.skills import SkillDoc, SkillFormatError, parse
 
+_VERDICTS = TypeAdapter(list[OpVerdict])   # the op log's entries, serialized in one call
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
 SEARCH_LATENCY = Histogram("skillos_skillrepo_search_seconds", "In-process search latency",
                            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1))
@@ -97,14 +100,18 @@ class SkillRepoService:
 
     # --- skills ---
 
-    def list_skills(self, repo: str) -> list[StoredSkill]:
-        return self.store.list_skills(repo)
+    def list_skills(self, repo: str, limit: int | None = None, after: str | None = None) -> list[StoredSkill]:
+        return self.store.list_skills(repo, limit, after)
+
+    def op_log(self, repo: str, before: int | None = None, limit: int = 50):
+        return self.store.op_log(repo, before, limit)
 
     def get_skill(self, repo: str, name: str) -> StoredSkill:
         return self.store.get_skill(repo, name)
 
     def insert_skill(self, repo: str, doc: SkillDoc) -> StoredSkill:
         with self.store.write(repo) as tx:
+            tx.log_as("insert")
             if tx.exists(doc.name):
                 raise APIError(409, "skill_exists", f"skill {doc.name!r} already exists in repo {repo!r}: "
                                                     f"change it with PUT /v1/repos/{repo}/skills/{doc.name}")
@@ -119,6 +126,7 @@ class SkillRepoService:
             raise APIError(400, "name_mismatch", f"the document's name {doc.name!r} differs from the URL's "
                                                  f"{name!r}: make them equal (renames go through ops)")
         with self.store.write(repo) as tx:
+            tx.log_as("put")
             self._check_precondition(tx, repo, name, if_match)
             created = not tx.exists(name)
             tx.put(doc, "put")
@@ -143,6 +151,7 @@ class SkillRepoService:
 
     def delete_skill(self, repo: str, name: str, if_match: int | str | None) -> None:
         with self.store.write(repo) as tx:
+            tx.log_as("delete")
             if not tx.exists(name):
                 raise skill_not_found(repo, name)
             self._check_precondition(tx, repo, name, if_match)
@@ -155,7 +164,7 @@ class SkillRepoService:
     def version_content(self, v: VersionRow) -> dict | None:
         return self.store.blob(v.blob_hash) if v.blob_hash else None
 
-    def restore_skill(self, repo: str, name: str, version: int) -> StoredSkill:
+    def restore_skill(self, repo: str, name: str, version: int, origin: dict | None = None) -> StoredSkill:
         target = next((v for v in self.store.versions(repo, name) if v.version == version), None)
         if target is None:
             raise APIError(404, "version_not_found", f"skill {name!r} has no version {version}")
@@ -163,6 +172,7 @@ class SkillRepoService:
             raise APIError(400, "version_deleted", f"version {version} of {name!r} is a deletion; "
                                                    "restore an earlier version or delete the skill")
         with self.store.write(repo) as tx:
+            tx.log_as("restore", origin=json.dumps(origin) if origin else None)
             tx.put_hash(name, target.blob_hash, "restore")
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
@@ -223,6 +233,9 @@ class SkillRepoService:
             result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
             if req.idempotency_key:
                 tx.remember_answer(req.idempotency_key, request_hash, result.model_dump_json())
+            tx.log_as("ops", origin=req.origin.model_dump_json(exclude_none=True) if req.origin else None,
+                      entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=ok,
+                      idempotency_key=req.idempotency_key)
         for v in verdicts:
             OPS_TOTAL.labels(v.name if v.name in ("new_skill_insert", "skill_update", "skill_delete") else "unknown",
                              v.status).inc()
@@ -276,6 +289,7 @@ class SkillRepoService:
     def import_(self, repo: str, data: bytes, replace: bool = False) -> tuple[list[str], int]:
         docs = self.read_archive(data)
         with self.store.write(repo) as tx:
+            tx.log_as("import")
             for doc in docs:
                 tx.put(doc, "import")
             if replace:
@@ -297,6 +311,7 @@ class SkillRepoService:
     def restore_snapshot(self, repo: str, label: str) -> RepoRow:
         """Make the repo's skills what they were at the snapshot; each differing skill gets a new version."""
         with self.store.write(repo) as tx:
+            tx.log_as("snapshot_restore", origin=json.dumps({"source": f"snapshot {label}"[:64]}))
             target = self.store.snapshot_heads(tx, label)
             for name, (_, blob_hash) in tx.all_heads().items():
                 if blob_hash is not None and name not in target:

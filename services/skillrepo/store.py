@@ -25,6 +25,7 @@ from services.skillrepo.hotpath import HotStatements
 from services.skillrepo.tables import (
     blobs,
     idempotency,
+    op_log,
     repos,
     skill_heads,
     skill_versions,
@@ -63,6 +64,7 @@ class RepoRow:
     parent_id: int | None
     fork_seq: int | None
     skill_count: int = 0
+    updated_at: datetime | None = None
 
 
 @dataclass
@@ -83,6 +85,7 @@ class StoredSkill:
     version: int
     blob_hash: str
     updated_at: datetime | None = None
+    cause: str | None = None
 
 
 @dataclass
@@ -94,6 +97,19 @@ class Change:
     description: str | None
     body: str | None
     blob_hash: str | None
+    cause: str = ""
+
+
+@dataclass
+class LogRow:
+    id: int
+    seq: int
+    kind: str
+    applied: bool
+    created_at: datetime
+    origin: dict[str, Any] | None
+    idempotency_key: str | None
+    entries: list[dict[str, Any]]
 
 
 @dataclass
@@ -126,9 +142,16 @@ _GET = select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
     skill_heads.c.repo_id == bindparam("r"), skill_heads.c.name == bindparam("n"))
 
 
-def _skill(r) -> StoredSkill:
+def _skill(r, cause: str | None = None) -> StoredSkill:
     return StoredSkill(r.name, r.description, r.body, json.loads(r.meta), r.content, r.version, r.blob_hash,
-                       _utc(r.updated_at))
+                       _utc(r.updated_at), cause)
+
+
+def _as_datetime(value) -> datetime | None:
+    """max() over a DateTime column: SQLite hands back its stored text, not a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
 
 
 class WriteTx:
@@ -140,6 +163,28 @@ class WriteTx:
         self.changes: list[Change] = []
         self._heads: dict[str, tuple[int, str | None]] = {}
         self._known_blobs: set[str] = set()
+        self._log: dict[str, Any] | None = None
+
+    def log_as(self, kind: str, *, origin: str | None = None, entries: str | None = None,
+               applied: bool = True, idempotency_key: str | None = None) -> None:
+        """Write one op-log row for this transaction when it commits (``origin``, ``entries``: JSON text).
+        ``entries`` None: one entry per change (REST writes), and no row when nothing changed; given (a
+        batch of ops): always a row."""
+        self._log = {"kind": kind, "origin": origin, "entries": entries, "applied": applied,
+                     "idempotency_key": idempotency_key}
+
+    def _log_values(self) -> dict[str, Any] | None:
+        log = self._log
+        if log is None or (log["entries"] is None and not self.changes):
+            return None
+        entries = log["entries"]
+        if entries is None:
+            entries = json.dumps([{"index": i, "name": ch.cause, "status": "applied", "skill_name": ch.name,
+                                   "version": ch.version, "message": "deleted" if ch.blob_hash is None else ch.cause}
+                                  for i, ch in enumerate(self.changes)], ensure_ascii=False)
+        return {"repo_id": self.repo.id, "seq": self.repo.seq, "kind": log["kind"], "applied": log["applied"],
+                "origin": log["origin"], "idempotency_key": log["idempotency_key"], "entries": entries,
+                "created_at": self.now}
 
     def head(self, name: str) -> tuple[int, str | None] | None:
         """(version, blob hash or None when deleted) of the skill's head, or None when it never existed."""
@@ -158,7 +203,8 @@ class WriteTx:
         if not self.exists(name):
             return None
         r = self.conn.execute(_GET, {"r": self.repo.id, "n": name}).first()
-        return _skill(r) if r else None
+        # the cause of a version written in this transaction (None when the head is older)
+        return _skill(r, next((c.cause for c in reversed(self.changes) if c.name == name), None)) if r else None
 
     def all_heads(self) -> dict[str, tuple[int, str | None]]:
         rows = self.conn.execute(select(skill_heads.c.name, skill_heads.c.version, skill_heads.c.blob_hash)
@@ -206,7 +252,7 @@ class WriteTx:
             hot.update_head.exec(self.conn, {"r": self.repo.id, "n": name, "v": version, "h": blob_hash,
                                              "t": self.now})
         self._heads[name] = (version, blob_hash)
-        self.changes.append(Change(self.repo.seq, name, version, description, body, blob_hash))
+        self.changes.append(Change(self.repo.seq, name, version, description, body, blob_hash, cause))
         return version
 
     @contextmanager
@@ -295,6 +341,9 @@ class Store:
             yield tx
             if tx.changes:
                 self.hot.update_seq.exec(conn, {"r": tx.repo.id, "s": tx.repo.seq})
+            log = tx._log_values()
+            if log is not None:
+                self.hot.insert_log.exec(conn, log)
 
     # --- repos ---
 
@@ -313,7 +362,7 @@ class Store:
                 raise repo_not_found(name)
             row = _repo_row(r)
             if count:
-                row.skill_count = self._count(conn, row.id)
+                row.skill_count, row.updated_at = self._count_and_time(conn, row.id)
             return row
 
     def repo_seq(self, name: str) -> tuple[int, int] | None:
@@ -336,16 +385,25 @@ class Store:
         return conn.execute(select(func.count()).select_from(skill_heads).where(
             skill_heads.c.repo_id == repo_id, skill_heads.c.blob_hash.is_not(None))).scalar_one()
 
+    def _count_and_time(self, conn, repo_id: int) -> tuple[int, datetime | None]:
+        """(live skills, when a skill last changed) in one pass over the repo's heads."""
+        r = conn.execute(select(func.count(skill_heads.c.blob_hash), func.max(skill_heads.c.updated_at))
+                         .where(skill_heads.c.repo_id == repo_id)).one()
+        return r[0], _utc(_as_datetime(r[1]))
+
     def list_repos(self, prefix: str | None = None) -> list[RepoRow]:
         with self._read_conn() as conn:
-            counts = dict(conn.execute(select(skill_heads.c.repo_id, func.count()).where(
-                skill_heads.c.blob_hash.is_not(None)).group_by(skill_heads.c.repo_id)).all())
+            # count(blob_hash) counts live skills; max(updated_at) includes deletions (tombstones)
+            stats = {r[0]: (r[1], r[2]) for r in conn.execute(
+                select(skill_heads.c.repo_id, func.count(skill_heads.c.blob_hash), func.max(skill_heads.c.updated_at))
+                .group_by(skill_heads.c.repo_id)).all()}
             q = select(repos).where(repos.c.name.is_not(None)).order_by(repos.c.name)
             if prefix:
                 q = q.where(repos.c.name.startswith(prefix, autoescape=True))
             rows = [_repo_row(r) for r in conn.execute(q)]
         for row in rows:
-            row.skill_count = counts.get(row.id, 0)
+            count, updated = stats.get(row.id, (0, None))
+            row.skill_count, row.updated_at = count, _utc(_as_datetime(updated))
         return rows
 
     def delete_repo(self, name: str) -> int:
@@ -392,21 +450,51 @@ class Store:
 
     # --- skills ---
 
-    def list_skills(self, repo: str) -> list[StoredSkill]:
+    def list_skills(self, repo: str, limit: int | None = None, after: str | None = None) -> list[StoredSkill]:
+        """The repo's skills by name; with ``limit``, one page of them (names after ``after``) with each
+        head version's cause (None when the version was written in the repo this one was forked from)."""
         with self._read_conn() as conn:
             repo_id = self._repo_id(conn, repo)
-            rows = conn.execute(select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
-                                .where(skill_heads.c.repo_id == repo_id).order_by(skill_heads.c.name)).all()
-        return [_skill(r) for r in rows]
+            if limit is None and after is None:
+                rows = conn.execute(select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
+                                    .where(skill_heads.c.repo_id == repo_id).order_by(skill_heads.c.name)).all()
+                return [_skill(r) for r in rows]
+            q = self._with_cause(select(*_SKILL_COLS)).where(skill_heads.c.repo_id == repo_id)
+            if after is not None:
+                q = q.where(skill_heads.c.name > after)
+            q = q.order_by(skill_heads.c.name)
+            if limit is not None:
+                q = q.limit(limit)
+            rows = conn.execute(q).all()
+        return [_skill(r, r.cause) for r in rows]
+
+    @staticmethod
+    def _with_cause(q):
+        return q.add_columns(skill_versions.c.cause).join(blobs, blobs.c.hash == skill_heads.c.blob_hash).outerjoin(
+            skill_versions, and_(skill_versions.c.repo_id == skill_heads.c.repo_id,
+                                 skill_versions.c.name == skill_heads.c.name,
+                                 skill_versions.c.version == skill_heads.c.version))
 
     def get_skill(self, repo: str, name: str) -> StoredSkill:
         with self._read_conn() as conn:
             repo_id = self._repo_id(conn, repo)
-            r = conn.execute(select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash).where(
+            r = conn.execute(self._with_cause(select(*_SKILL_COLS)).where(
                 skill_heads.c.repo_id == repo_id, skill_heads.c.name == name)).first()
         if r is None:
             raise skill_not_found(repo, name)
-        return _skill(r)
+        return _skill(r, r.cause)
+
+    def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> list[LogRow]:
+        """The repo's op log, newest first (entries with id < ``before``)."""
+        with self._read_conn() as conn:
+            repo_id = self._repo_id(conn, repo)
+            q = select(op_log).where(op_log.c.repo_id == repo_id)
+            if before is not None:
+                q = q.where(op_log.c.id < before)
+            rows = conn.execute(q.order_by(op_log.c.id.desc()).limit(limit)).all()
+        return [LogRow(r.id, r.seq, r.kind, bool(r.applied), _utc(r.created_at),
+                       json.loads(r.origin) if r.origin else None, r.idempotency_key, json.loads(r.entries))
+                for r in rows]
 
     def _repo_id(self, conn, name: str) -> int:
         r = conn.execute(select(repos.c.id).where(repos.c.name == name)).first()

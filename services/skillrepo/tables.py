@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -98,4 +99,20 @@ idempotency = Table(
     Column("request_hash", String(64), nullable=False),
     Column("response", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# one row per write of a repo: a batch of curator ops (every op's verdict, refused ones too) or a REST
+# write, with where it came from (migration 0003); the repo's op timeline
+op_log = Table(
+    "op_log", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("repo_id", Integer, ForeignKey("repos.id"), nullable=False),
+    Column("seq", BigInteger, nullable=False),       # the repo's seq after the write
+    Column("kind", String(32), nullable=False),      # ops, insert, put, delete, restore, import, snapshot_restore
+    Column("applied", Boolean, nullable=False),
+    Column("origin", Text, nullable=True),           # JSON: run, task, curator call, ...
+    Column("idempotency_key", String(200), nullable=True),
+    Column("entries", Text, nullable=False),         # JSON list of verdicts
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_op_log_repo_id", "repo_id", "id"),
 )

@@ -13,6 +13,7 @@ cannot be reached, raises `SkillRepoError(status, code, message)` (status 0 when
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 from urllib.parse import quote
@@ -22,13 +23,19 @@ import httpx
 from skillos.clients.base import AsyncHTTPClient, ServiceError, SyncHTTPClient, auth_headers, raise_for_error
 from skillos.protocol.skillrepo import (
     ImportResult,
+    OpLog,
+    OpOrigin,
     OpsResult,
     Repo,
     SearchHit,
     Skill,
+    SkillList,
     SkillVersion,
     Snapshot,
+    TokenInfo,
 )
+
+Origin = OpOrigin | dict[str, Any] | None
 
 SkillInput = str | dict[str, Any]  # a whole SKILL.md document, or {name, description, body, metadata}
 
@@ -62,7 +69,15 @@ def _skill_request(skill: SkillInput) -> tuple[dict[str, Any], str | None]:
     raise TypeError("a skill is a Markdown document (str) or a dict of fields")
 
 
-def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic: bool) -> dict[str, Any]:
+def _origin(origin: Origin) -> dict[str, Any] | None:
+    if origin is None:
+        return None
+    data = origin.model_dump(exclude_none=True) if isinstance(origin, OpOrigin) else dict(origin)
+    return data or None
+
+
+def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic: bool,
+                 origin: Origin = None) -> dict[str, Any]:
     norm = []
     for op in ops:
         # accept OpenAI tool calls as they come: {"function": {"name", "arguments"}} or flat
@@ -72,14 +87,42 @@ def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic:
     body: dict[str, Any] = {"ops": norm, "atomic": atomic}
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
+    if _origin(origin):  # only when given: a skill repo older than the op log refuses the field
+        body["origin"] = _origin(origin)
     return body
 
 
+def _restore_payload(version: int, origin: Origin) -> dict[str, Any]:
+    body: dict[str, Any] = {"version": version}
+    if _origin(origin):
+        body["origin"] = _origin(origin)
+    return body
+
+
+def _page_params(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
 class _Base:
+    _per_call_auth = False
+
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.headers = auth_headers(token)
         self.timeout = timeout
+
+    def with_token(self, token: str | None):
+        """This client sending ``token`` on every call instead of its own, sharing its connections (one
+        client for many users, e.g. the console). Closing the original closes both."""
+        clone = copy.copy(self)
+        clone.headers = auth_headers(token)
+        clone._per_call_auth = True
+        return clone
+
+    def _auth(self, kw: dict[str, Any]) -> dict[str, Any]:
+        if self._per_call_auth and self.headers:
+            kw["headers"] = {**self.headers, **(kw.get("headers") or {})}
+        return kw
 
     # (method, path, kwargs) builders shared by both clients
     @staticmethod
@@ -102,11 +145,14 @@ class SkillRepoClient(_Base, SyncHTTPClient):
 
     def _call(self, method: str, path: str, **kw) -> httpx.Response:
         try:
-            resp = self._http.request(method, path, **kw)
+            resp = self._http.request(method, path, **self._auth(kw))
         except httpx.HTTPError as e:
             raise SkillRepoError(0, "unreachable", f"skill repo at {self.base_url} not reachable: {e}") from e
         _raise_for(resp)
         return resp
+
+    def whoami(self) -> TokenInfo:
+        return TokenInfo.model_validate(self._call("GET", "/v1/whoami").json())
 
     # repos
     def create_repo(self, name: str) -> Repo:
@@ -128,6 +174,16 @@ class SkillRepoClient(_Base, SyncHTTPClient):
     # skills
     def list_skills(self, repo: str) -> list[Skill]:
         return [Skill.model_validate(s) for s in self._call("GET", f"{self._repo(repo)}/skills").json()["skills"]]
+
+    def list_skills_page(self, repo: str, limit: int = 50, after: str | None = None) -> SkillList:
+        """One page of skills by name; pass ``next_after`` of the answer as ``after`` for the next."""
+        resp = self._call("GET", f"{self._repo(repo)}/skills", params=_page_params(limit=limit, after=after))
+        return SkillList.model_validate(resp.json())
+
+    def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> OpLog:
+        """The repo's op log, newest first; pass ``next_before`` of the answer as ``before`` for older."""
+        resp = self._call("GET", f"{self._repo(repo)}/ops", params=_page_params(before=before, limit=limit))
+        return OpLog.model_validate(resp.json())
 
     def get_skill(self, repo: str, name: str) -> Skill:
         return Skill.model_validate(self._call("GET", self._skill_path(repo, name)).json())
@@ -159,8 +215,13 @@ class SkillRepoClient(_Base, SyncHTTPClient):
 
     history = skill_versions
 
-    def restore_skill(self, repo: str, name: str, version: int) -> Skill:
-        resp = self._call("POST", f"{self._skill_path(repo, name)}/restore", json={"version": version})
+    def skill_version(self, repo: str, name: str, version: int) -> SkillVersion:
+        """One version of a skill, with its document."""
+        resp = self._call("GET", f"{self._skill_path(repo, name)}/versions/{int(version)}")
+        return SkillVersion.model_validate(resp.json())
+
+    def restore_skill(self, repo: str, name: str, version: int, origin: Origin = None) -> Skill:
+        resp = self._call("POST", f"{self._skill_path(repo, name)}/restore", json=_restore_payload(version, origin))
         return Skill.model_validate(resp.json())
 
     # search and ops
@@ -169,8 +230,9 @@ class SkillRepoClient(_Base, SyncHTTPClient):
         return [SearchHit.model_validate(h) for h in resp.json()["hits"]]
 
     def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                  atomic: bool = True) -> OpsResult:
-        resp = self._call("POST", f"{self._repo(repo)}/ops", json=_ops_payload(ops, idempotency_key, atomic))
+                  atomic: bool = True, origin: Origin = None) -> OpsResult:
+        resp = self._call("POST", f"{self._repo(repo)}/ops",
+                          json=_ops_payload(ops, idempotency_key, atomic, origin))
         return OpsResult.model_validate(resp.json())
 
     # export / import, snapshots
@@ -208,11 +270,14 @@ class AsyncSkillRepoClient(_Base, AsyncHTTPClient):
 
     async def _call(self, method: str, path: str, **kw) -> httpx.Response:
         try:
-            resp = await self._http.request(method, path, **kw)
+            resp = await self._http.request(method, path, **self._auth(kw))
         except httpx.HTTPError as e:
             raise SkillRepoError(0, "unreachable", f"skill repo at {self.base_url} not reachable: {e}") from e
         _raise_for(resp)
         return resp
+
+    async def whoami(self) -> TokenInfo:
+        return TokenInfo.model_validate((await self._call("GET", "/v1/whoami")).json())
 
     async def create_repo(self, name: str) -> Repo:
         return Repo.model_validate((await self._call("POST", "/v1/repos", json={"name": name})).json())
@@ -233,6 +298,14 @@ class AsyncSkillRepoClient(_Base, AsyncHTTPClient):
     async def list_skills(self, repo: str) -> list[Skill]:
         resp = await self._call("GET", f"{self._repo(repo)}/skills")
         return [Skill.model_validate(s) for s in resp.json()["skills"]]
+
+    async def list_skills_page(self, repo: str, limit: int = 50, after: str | None = None) -> SkillList:
+        resp = await self._call("GET", f"{self._repo(repo)}/skills", params=_page_params(limit=limit, after=after))
+        return SkillList.model_validate(resp.json())
+
+    async def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> OpLog:
+        resp = await self._call("GET", f"{self._repo(repo)}/ops", params=_page_params(before=before, limit=limit))
+        return OpLog.model_validate(resp.json())
 
     async def get_skill(self, repo: str, name: str) -> Skill:
         return Skill.model_validate((await self._call("GET", self._skill_path(repo, name))).json())
@@ -265,8 +338,13 @@ class AsyncSkillRepoClient(_Base, AsyncHTTPClient):
 
     history = skill_versions
 
-    async def restore_skill(self, repo: str, name: str, version: int) -> Skill:
-        resp = await self._call("POST", f"{self._skill_path(repo, name)}/restore", json={"version": version})
+    async def skill_version(self, repo: str, name: str, version: int) -> SkillVersion:
+        resp = await self._call("GET", f"{self._skill_path(repo, name)}/versions/{int(version)}")
+        return SkillVersion.model_validate(resp.json())
+
+    async def restore_skill(self, repo: str, name: str, version: int, origin: Origin = None) -> Skill:
+        resp = await self._call("POST", f"{self._skill_path(repo, name)}/restore",
+                                json=_restore_payload(version, origin))
         return Skill.model_validate(resp.json())
 
     async def search(self, repo: str, query: str, k: int = 5) -> list[SearchHit]:
@@ -274,9 +352,9 @@ class AsyncSkillRepoClient(_Base, AsyncHTTPClient):
         return [SearchHit.model_validate(h) for h in resp.json()["hits"]]
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                        atomic: bool = True) -> OpsResult:
+                        atomic: bool = True, origin: Origin = None) -> OpsResult:
         resp = await self._call("POST", f"{self._repo(repo)}/ops",
-                                json=_ops_payload(ops, idempotency_key, atomic))
+                                json=_ops_payload(ops, idempotency_key, atomic, origin))
         return OpsResult.model_validate(resp.json())
 
     async def export(self, repo: str) -> bytes:

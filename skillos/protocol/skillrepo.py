@@ -38,6 +38,7 @@ class Repo(BaseModel):
     seq: int = Field(..., description="change counter of the repo: grows by one per applied change")
     created_at: datetime
     forked_from: str | None = None
+    updated_at: datetime | None = Field(None, description="when a skill of the repo last changed (None: never)")
 
 
 class RepoList(BaseModel):
@@ -63,10 +64,14 @@ class Skill(BaseModel):
     version: int
     content: str = Field(..., description="the whole SKILL.md document (frontmatter + body)")
     updated_at: datetime | None = None
+    cause: str | None = Field(None, description="what wrote the current version (insert, update, put, restore, "
+                                                "...); None when it was inherited from the repo forked from")
 
 
 class SkillList(BaseModel):
     skills: list[Skill]
+    next_after: str | None = Field(None, description="with ?limit: the name to pass as ?after= for the next "
+                                                     "page (None: this was the last page)")
 
 
 class SkillVersion(BaseModel):
@@ -84,8 +89,21 @@ class SkillVersionList(BaseModel):
     versions: list[SkillVersion]
 
 
+class OpOrigin(_Model):
+    """Where a write came from, kept in the repo's op log (every field optional)."""
+    source: str | None = Field(None, max_length=64, description="run, train, console, cli, ...")
+    run: str | None = Field(None, max_length=200, description="the run's id (`skillos run`: config.run_id)")
+    seed: int | None = None
+    position: int | None = Field(None, description="the task's position in the stream")
+    task_id: str | None = Field(None, max_length=500)
+    curator_call: str | None = Field(None, max_length=200, description="the curator call's id")
+    step: int | None = Field(None, description="training step")
+    rollout: int | None = None
+
+
 class RestoreSkillRequest(_Model):
     version: int = Field(..., ge=1)
+    origin: OpOrigin | None = None
 
 
 # --- search ------------------------------------------------------------------------------------
@@ -115,6 +133,7 @@ class OpsRequest(_Model):
     ops: list[Op]
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     atomic: bool = Field(True, description="true: all ops or none; false: apply the valid ones, refuse the rest")
+    origin: OpOrigin | None = Field(None, description="where the batch came from, kept in the op log")
 
 
 class OpVerdict(BaseModel):
@@ -133,6 +152,32 @@ class OpsResult(BaseModel):
     verdicts: list[OpVerdict]
     seq: int = Field(0, description="repo change counter after the batch")
     replayed: bool = Field(False, description="true when this answer was stored for the idempotency key")
+
+
+class OpLogEntry(BaseModel):
+    """One write of a repo: a batch of curator ops (kind "ops", every op's verdict, refused ones too) or
+    a REST write (kind insert, put, delete, restore, import, snapshot_restore: one entry per changed
+    skill, ``name`` being the change's cause)."""
+    id: int = Field(..., description="the log's own counter: pass it as ?before= for older entries")
+    seq: int = Field(..., description="the repo's seq after the write")
+    kind: str
+    applied: bool
+    created_at: datetime
+    origin: OpOrigin | None = None
+    idempotency_key: str | None = None
+    ops: list[OpVerdict]
+
+
+class OpLog(BaseModel):
+    entries: list[OpLogEntry] = Field(..., description="newest first")
+    next_before: int | None = Field(None, description="pass as ?before= for the next (older) page; None: no more")
+
+
+class TokenInfo(BaseModel):
+    """What the caller's token may do."""
+    mode: Literal["open", "tokens"]
+    scope: Literal["read", "rw"]
+    prefix: str | None = Field(None, description="the token only reaches repos whose name starts with this")
 
 
 # --- snapshots, import ---------------------------------------------------------------------------

@@ -1,0 +1,392 @@
+"""The console's logic: what each page shows, gathered from the skill repo's API and the run folders.
+
+Routes (`pages.py`) are thin: they read the request, call a method here and render its context with a
+template. Every call to the skill repo carries the logged-in user's token, so the repo decides what the
+user may see or change; the console keeps no data of its own besides sessions and the run indexes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from services.console.render import diff_lines, skill_view
+from services.console.runs import Filters, RunInfo, RunNotFound, RunStore, TaskRow
+from services.console.sessions import Session, SessionStore
+from services.console.settings import ConsoleSettings
+from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.protocol.skillrepo import REPO_NAME_PATTERN, OpLog, SkillVersion, TokenInfo
+
+TOKEN_RECHECK_S = 60.0     # a session's token is confirmed with the skill repo at most this often
+OPEN_CHECK_S = 10.0        # how long "the skill repo is open" is believed
+MAX_QUERY_CHARS = 500
+
+
+class PageError(Exception):
+    """An error page: status, a short title and what to do."""
+
+    def __init__(self, status: int, title: str, message: str):
+        super().__init__(message)
+        self.status, self.title, self.message = status, title, message
+
+
+class LoginRequired(Exception):
+    """The session is gone or its token no longer works: back to the login form."""
+
+
+def repo_error(e: SkillRepoError, what: str) -> Exception:
+    if e.status == 401:
+        return LoginRequired()
+    if e.status == 0 or e.status >= 500:
+        return PageError(502, "Skill repo unavailable", f"The skill repo could not answer ({e.message}). "
+                                                        "Try again in a moment.")
+    if e.status == 403:
+        return PageError(403, "Not allowed", e.message)
+    if e.status == 404:
+        return PageError(404, f"{what} not found", e.message)
+    return PageError(400, "Bad request", e.message)
+
+
+def _valid_repo(repo: str) -> None:
+    import re
+
+    if not re.match(REPO_NAME_PATTERN, repo or ""):
+        raise PageError(404, "Repo not found", f"{repo[:130]!r} is not a repo name")
+
+
+def _valid_skill(name: str) -> None:
+    if not name or len(name) > 64:
+        raise PageError(404, "Skill not found", "that is not a skill name")
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    page: int
+    pages: int
+    total: int
+
+
+def paginate(items: list[Any], page: int, size: int) -> Page:
+    pages = max(1, -(-len(items) // size))
+    page = min(max(1, page), pages)
+    return Page(items[(page - 1) * size: page * size], page, pages, len(items))
+
+
+class ConsoleService:
+    def __init__(self, settings: ConsoleSettings, repo: AsyncSkillRepoClient | None = None):
+        self.settings = settings
+        # no token of its own: each call carries the user's (with_token)
+        self.repo = repo or AsyncSkillRepoClient(settings.skillrepo_url, token=None, timeout=20.0)
+        self.runs = RunStore(settings.console_runs_dir)
+        self.sessions = SessionStore(settings.console_session_ttl_s)
+        self.page_size = max(1, settings.console_page_size)
+        self._open: tuple[float, TokenInfo | None] = (0.0, None)
+
+    async def aclose(self) -> None:
+        await self.repo.aclose()
+
+    def client(self, session: Session) -> AsyncSkillRepoClient:
+        return self.repo.with_token(session.token)
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    async def open_repo(self) -> TokenInfo | None:
+        """The skill repo's whoami without a token: an answer means it is open (no login needed)."""
+        checked, info = self._open
+        if time.monotonic() - checked < OPEN_CHECK_S:
+            return info
+        try:
+            info = await self.repo.whoami()
+        except SkillRepoError as e:
+            if e.status == 0 or e.status >= 500:
+                raise PageError(502, "Skill repo unavailable", f"The skill repo could not answer ({e.message})."
+                                ) from None
+            info = None
+        self._open = (time.monotonic(), info)
+        return info
+
+    async def login(self, token: str) -> Session:
+        token = (token or "").strip()
+        if not token or len(token) > 4096:
+            raise PageError(401, "Log in", "Enter a token.")
+        try:
+            me = await self.repo.with_token(token).whoami()
+        except SkillRepoError as e:
+            if e.status == 401:
+                raise PageError(401, "Log in", "The skill repo does not know this token.") from None
+            raise repo_error(e, "Token") from None
+        return self.sessions.create(token, me.mode, me.scope, me.prefix)
+
+    async def confirm(self, session: Session) -> None:
+        """Raise LoginRequired when the session's token no longer works (checked once a minute)."""
+        if session.token is None or time.monotonic() - session.checked < TOKEN_RECHECK_S:
+            return
+        try:
+            me = await self.client(session).whoami()
+        except SkillRepoError as e:
+            raise repo_error(e, "Token") from None
+        session.scope, session.prefix, session.checked = me.scope, me.prefix, time.monotonic()
+
+    def visible(self, session: Session, info: RunInfo) -> bool:
+        """A token limited to a repo prefix sees the runs whose folder or run id starts with it."""
+        p = session.prefix
+        return p is None or info.id.startswith(p) or bool(info.run_id and info.run_id.startswith(p))
+
+    # --- repos -----------------------------------------------------------------------------------
+
+    async def home(self, session: Session) -> dict[str, Any]:
+        try:
+            repos = await self.client(session).list_repos()
+        except SkillRepoError as e:
+            raise repo_error(e, "Repos") from None
+        forks: dict[str, int] = {}
+        for r in repos:
+            if r.forked_from:
+                forks[r.forked_from] = forks.get(r.forked_from, 0) + 1
+        runs = [i for i in await run_in_threadpool(self.runs.list) if self.visible(session, i)]
+        shown = runs[:10]
+        progress = await run_in_threadpool(lambda: {i.id: self._progress(i) for i in shown})
+        return {"repos": repos, "forks": forks, "runs": shown, "runs_total": len(runs), "progress": progress}
+
+    def _progress(self, info: RunInfo) -> int | None:
+        """Tasks or steps done; a finished stream run's count comes from its summary (no index needed)."""
+        if info.kind == "stream" and info.status == "done" and info.summary:
+            try:
+                return sum(int(s.get("tasks", 0)) for m in info.summary["methods"].values() for s in m["seeds"])
+            except (KeyError, TypeError, AttributeError, ValueError):
+                pass
+        return self.runs.progress(info)
+
+    async def repo_page(self, session: Session, repo: str, q: str | None, after: str | None) -> dict[str, Any]:
+        _valid_repo(repo)
+        c = self.client(session)
+        q = (q or "").strip()
+        if len(q) > MAX_QUERY_CHARS:
+            raise PageError(400, "Query too long", f"Search with at most {MAX_QUERY_CHARS} characters.")
+        try:
+            info, skills, log, repos = await asyncio.gather(
+                c.get_repo(repo), c.list_skills_page(repo, limit=self.page_size, after=after or None),
+                c.op_log(repo, limit=20), c.list_repos())
+            hits = await c.search(repo, q, k=20) if q else None
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        usage = await run_in_threadpool(self.runs.usage, repo)
+        return {"repo": info, "repo_name": repo, "skills": skills, "usage": usage, "q": q, "hits": hits, "after": after,
+                "forks": sorted(r.name for r in repos if r.forked_from == repo),
+                "log": log, "origins": await self.origin_links(log)}
+
+    async def search(self, session: Session, repo: str, q: str) -> dict[str, Any]:
+        """The search results fragment (as-you-type)."""
+        _valid_repo(repo)
+        q = (q or "").strip()
+        if len(q) > MAX_QUERY_CHARS:
+            return {"repo_name": repo, "q": q[:MAX_QUERY_CHARS], "hits": [], "error": "query too long"}
+        try:
+            hits = await self.client(session).search(repo, q, k=20) if q else None
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        return {"repo_name": repo, "q": q, "hits": hits, "error": None}
+
+    async def timeline(self, session: Session, repo: str, before: int | None) -> dict[str, Any]:
+        _valid_repo(repo)
+        try:
+            log = await self.client(session).op_log(repo, before=before, limit=self.page_size)
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        return {"repo": repo, "log": log, "before": before, "origins": await self.origin_links(log)}
+
+    async def origin_links(self, log: OpLog) -> dict[int, str]:
+        """Op log entry id -> the console page of the task whose curation wrote it (when its run is here)."""
+        if not any(e.origin and e.origin.run for e in log.entries):
+            return {}
+        by_run = {i.run_id: i.id for i in await run_in_threadpool(self.runs.list) if i.run_id}
+        out = {}
+        for e in log.entries:
+            o = e.origin
+            if o and o.run in by_run:
+                if o.seed is not None and o.position is not None:
+                    out[e.id] = f"/runs/{by_run[o.run]}/tasks/skillos/{o.seed}/{o.position}"
+                else:
+                    out[e.id] = f"/runs/{by_run[o.run]}"
+        return out
+
+    # --- skills ----------------------------------------------------------------------------------
+
+    async def skill_page(self, session: Session, repo: str, name: str, version: int | None) -> dict[str, Any]:
+        _valid_repo(repo)
+        _valid_skill(name)
+        c = self.client(session)
+        try:
+            versions = await c.skill_versions(repo, name)
+        except SkillRepoError as e:
+            raise repo_error(e, "Skill") from None
+        head = versions[0]
+        wanted = version if version is not None else next((v.version for v in versions if not v.deleted), None)
+        if version is not None and all(v.version != version for v in versions):
+            raise PageError(404, "Version not found", f"skill {name!r} has no version {version}")
+        shown: SkillVersion | None = None
+        if wanted is not None:
+            try:
+                shown = await c.skill_version(repo, name, wanted)
+            except SkillRepoError as e:
+                raise repo_error(e, "Version") from None
+        view = skill_view(shown.content) if shown is not None and shown.content is not None else None
+        used_in = await run_in_threadpool(self.runs.tasks_with_skill, repo, name, 20)
+        return {"repo": repo, "name": name, "versions": versions, "head": head, "shown": shown, "view": view,
+                "deleted": head.deleted, "used_in": used_in}
+
+    async def diff_page(self, session: Session, repo: str, name: str, a: int | None, b: int | None) -> dict[str, Any]:
+        _valid_repo(repo)
+        _valid_skill(name)
+        c = self.client(session)
+        try:
+            versions = await c.skill_versions(repo, name)
+        except SkillRepoError as e:
+            raise repo_error(e, "Skill") from None
+        numbers = {v.version for v in versions}
+        b = b if b is not None else versions[0].version
+        a = a if a is not None else b - 1
+        for v in (a, b):
+            if v not in numbers:
+                raise PageError(404, "Version not found", f"skill {name!r} has no version {v}; "
+                                                          f"its versions are {min(numbers)} to {max(numbers)}")
+        try:
+            va, vb = await asyncio.gather(c.skill_version(repo, name, a), c.skill_version(repo, name, b))
+        except SkillRepoError as e:
+            raise repo_error(e, "Version") from None
+        rows, added, removed = diff_lines(va.content or "", vb.content or "")
+        return {"repo": repo, "name": name, "a": va, "b": vb, "rows": rows, "added": added, "removed": removed,
+                "versions": versions}
+
+    async def restore(self, session: Session, repo: str, name: str, version: int) -> int:
+        _valid_repo(repo)
+        _valid_skill(name)
+        if not session.can_write:
+            raise PageError(403, "Read-only", "This token may only read: log in with a token that may write "
+                                              "(scope rw) to restore versions.")
+        try:
+            skill = await self.client(session).restore_skill(repo, name, version, origin={"source": "console"})
+        except SkillRepoError as e:
+            raise repo_error(e, "Version") from None
+        return skill.version
+
+    # --- runs ------------------------------------------------------------------------------------
+
+    def run_info(self, session: Session, run_id: str) -> RunInfo:
+        return self._run(session, run_id)
+
+    def _run(self, session: Session, run_id: str) -> RunInfo:
+        try:
+            info = self.runs.get(run_id)
+        except RunNotFound:
+            raise PageError(404, "Run not found", f"no run folder {run_id[:200]!r} in the runs directory") from None
+        if not self.visible(session, info):
+            raise PageError(403, "Not allowed", "this token does not reach this run")
+        return info
+
+    async def runs_page(self, session: Session, page: int) -> dict[str, Any]:
+        def gather() -> dict[str, Any]:
+            runs = [i for i in self.runs.list() if self.visible(session, i)]
+            p = paginate(runs, page, self.page_size)
+            return {"runs": p, "progress": {i.id: self._progress(i) for i in p.items},
+                    "runs_dir": str(self.settings.console_runs_dir),
+                    "runs_dir_exists": self.settings.console_runs_dir.is_dir()}
+        return await run_in_threadpool(gather)
+
+    async def run_page(self, session: Session, run_id: str, filters: Filters, page: int) -> dict[str, Any]:
+        def gather() -> dict[str, Any]:
+            info = self._run(session, run_id)
+            if info.kind == "train":
+                steps = self.runs.steps(info)
+                rows = list(reversed(steps.rows))
+                return {"info": info, "kind": "train", "steps": paginate(rows, page, self.page_size),
+                        "done": len(steps.rows), "version": steps.version,
+                        "files": self._files(info)}
+            idx = self.runs.tasks(info)
+            rows = [r for r in reversed(idx.rows) if filters.match(r)]
+            methods = sorted({r.method for r in idx.rows})
+            seeds = sorted({r.seed for r in idx.rows if r.seed is not None})
+            return {"info": info, "kind": "stream", "tasks": paginate(rows, page, self.page_size),
+                    "done": len(idx.rows), "version": idx.version, "filters": filters, "methods": methods,
+                    "seeds": seeds, "live": idx.live_summary(), "files": self._files(info)}
+        return await run_in_threadpool(gather)
+
+    @staticmethod
+    def _files(info: RunInfo) -> list[str]:
+        names = ["success_over_stream.png", "repo_size.png", "op_mix.png", "report.png", "summary.md"]
+        return [n for n in names if (info.path / n).is_file()]
+
+    def run_file(self, session: Session, run_id: str, name: str):
+        info = self._run(session, run_id)
+        if name not in self._files(info):
+            raise PageError(404, "File not found", "only the report's plots and summary are served")
+        return info.path / name
+
+    async def task_page(self, session: Session, run_id: str, method: str, seed: int | None,
+                        position: int) -> dict[str, Any]:
+        def gather() -> dict[str, Any]:
+            info = self._run(session, run_id)
+            if info.kind != "stream":
+                raise PageError(404, "Task not found", "a training run has steps, not tasks")
+            idx = self.runs.tasks(info)
+            row = idx.by_key.get((method, seed, position))
+            if row is None:
+                raise PageError(404, "Task not found",
+                                f"run {run_id} has no task {position} of stream {method}/seed {seed}")
+            rec = idx.record(row)
+            return {"info": info, "row": row, "rec": rec, "used": set(row.used),
+                    "prev": idx.by_key.get((method, seed, position - 1)),
+                    "next": idx.by_key.get((method, seed, position + 1))}
+        return await run_in_threadpool(gather)
+
+    async def step_page(self, session: Session, run_id: str, step: int) -> dict[str, Any]:
+        def gather() -> dict[str, Any]:
+            import json
+
+            info = self._run(session, run_id)
+            if info.kind != "train":
+                raise PageError(404, "Step not found", "a stream run has tasks, not steps")
+            path = info.path / "rollouts" / f"step-{step:06d}.jsonl"
+            metrics = next((r for r in self.runs.steps(info).rows if r.get("step") == step), None)
+            if not path.is_file() and metrics is None:
+                raise PageError(404, "Step not found", f"run {run_id} has no step {step}")
+            rollouts = []
+            if path.is_file():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:2000]:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict):
+                        rollouts.append(rec)
+            return {"info": info, "step": step, "metrics": metrics or {}, "rollouts": rollouts}
+        return await run_in_threadpool(gather)
+
+    async def series(self, session: Session, run_id: str) -> dict[str, Any]:
+        def gather() -> dict[str, Any]:
+            info = self._run(session, run_id)
+            if info.kind == "train":
+                return self.runs.steps(info).series()
+            return self.runs.tasks(info).series()
+        return await run_in_threadpool(gather)
+
+    def live_summary(self, info: RunInfo) -> list[dict[str, Any]]:
+        return self.runs.tasks(self.runs.get(info.id)).live_summary()
+
+    def new_rows(self, info: RunInfo, seen: int) -> tuple[list[Any], str, int]:
+        """(rows after the first ``seen``, the run's status now, rows in all) for the live stream."""
+        fresh = self.runs.get(info.id)
+        if info.kind == "train":
+            rows: list[Any] = self.runs.steps(fresh).rows
+        else:
+            rows = self.runs.tasks(fresh).rows
+        return rows[seen:], fresh.status, len(rows)
+
+
+def task_key(row: TaskRow) -> str:
+    return f"{row.method}/{row.seed}/{row.position}"

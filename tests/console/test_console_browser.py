@@ -1,0 +1,205 @@
+"""The console in a real browser: Debian's headless Chromium driven by Playwright (no browser download).
+
+Log in, list repos, search as you type, open a skill, a diff, restore a version, open a run and a task,
+watch a run in progress advance, and a skill whose body holds script that must not run. With
+SKILLOS_CONSOLE_SCREENSHOTS=<dir> the main pages are saved there (docs/img holds the README's).
+In CI (CI=true) a missing chromium or playwright fails these tests; elsewhere they are skipped.
+"""
+# ruff: noqa: F811 - pytest fixtures imported from console_fixtures are redefined as parameters
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import _unavailable
+from console_data import HOSTILE_NAME, StreamPlan, task_records, write_stream_run
+from console_fixtures import DEMO, REPO, RUN, TOKENS, stack  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = os.environ.get("SKILLOS_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1360, "height": 860}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        _unavailable("playwright (pip install -e '.[dev]')", e)
+    if not Path(CHROMIUM).exists():
+        _unavailable("chromium (apt-get install chromium; scripts/setup.sh does it)", FileNotFoundError(CHROMIUM))
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+class Tab:
+    """One browser context (its own cookies) and page, recording dialogs and script errors."""
+
+    def __init__(self, browser, base: str, shots: Path):
+        self.ctx = browser.new_context(viewport=VIEWPORT)
+        self.page = self.ctx.new_page()
+        self.page.set_default_timeout(60_000)   # a loaded 2-core CI machine is slow
+        self.base, self.shots = base, shots
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def go(self, path: str):
+        return self.page.goto(self.base + path)
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(self.shots / f"console-{name}.png"), full_page=False)
+
+    def login(self, token: str) -> None:
+        self.go("/")
+        assert "/login" in self.page.url
+        self.page.fill("#token", token)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(self.base + "/")
+
+    def close(self) -> None:
+        self.ctx.close()
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def tab(browser, stack, tmp_path):
+    shots = Path(os.environ.get("SKILLOS_CONSOLE_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    t = Tab(browser, stack.url, shots)
+    yield t
+    t.close()
+
+
+def test_login_search_skill_diff_restore(tab, stack):
+    page = tab.page
+    tab.login(TOKENS["admin"])
+    assert page.locator("#repos").get_by_role("link", name=DEMO, exact=True).is_visible()
+    assert page.locator(".badge.rw").is_visible()
+    tab.shot("home")
+
+    page.locator("#repos").get_by_role("link", name=DEMO, exact=True).click()
+    page.wait_for_url(f"{stack.url}/repos/{DEMO}")
+    assert page.locator("#skill-table tbody tr").count() == 3
+    page.locator("#q").press_sequentially("microwave mug", delay=40)
+    page.wait_for_selector("#hits a:text('heat-mug')")
+    assert "q=microwave+mug" in page.url          # the search can be shared
+    assert page.locator("#skills").is_hidden()
+    assert float(page.locator("#hits .score").first.inner_text()) > 0
+    tab.shot("search")
+
+    page.locator("#hits").get_by_role("link", name="heat-mug").click()
+    page.wait_for_url(f"{stack.url}/repos/{DEMO}/skills/heat-mug")
+    assert page.locator("#skill-body li").first.inner_text() == "open the microwave"
+    assert page.locator("#versions tbody tr").count() == 3
+    tab.shot("skill")
+
+    page.get_by_role("link", name="diff with v2").click()
+    page.wait_for_url(f"{stack.url}/repos/{DEMO}/skills/heat-mug/diff?from=2&to=3")
+    assert page.locator("#diff tr.insert").count() > 0 and page.locator("#diff tr.delete").count() > 0
+    tab.shot("diff")
+
+    page.go_back()
+    page.click('button[data-restore="1"]')
+    page.wait_for_selector("#restored")
+    assert "version 4" in page.locator("#restored").inner_text()
+    assert page.locator("#versions tbody tr").count() == 4
+    assert page.locator("#skill-body li").last.inner_text() == "heat it"   # version 1's body again
+    assert stack.admin.get_skill(DEMO, "heat-mug").version == 4
+
+
+def test_read_token_gets_a_read_only_console(tab):
+    tab.login(TOKENS["viewer"])
+    tab.go(f"/repos/{DEMO}/skills/heat-mug")
+    assert tab.page.locator(".badge.ro").is_visible()
+    assert tab.page.locator("button[data-restore]").count() == 0
+
+
+def test_run_and_task_pages(tab, stack):
+    page = tab.page
+    tab.login(TOKENS["admin"])
+    page.get_by_role("link", name="Runs").click()
+    page.get_by_role("link", name=RUN, exact=True).click()
+    page.wait_for_url(f"{stack.url}/runs/{RUN}")
+    page.wait_for_selector("figure[data-chart=success] canvas")       # uPlot drew the charts
+    for chart in ("success", "repo_size", "op_mix"):
+        assert page.locator(f"figure[data-chart={chart}] .u-legend").count() == 1
+    assert page.locator("#tasks tbody tr").count() == 24
+    tab.shot("run")
+    page.locator("#tasks tbody tr", has_text="skillos · s0").first.get_by_role("link").click()
+    page.wait_for_selector("#turns li")
+    assert page.locator("#retrieved, #calls").count() >= 1
+    tab.shot("task")
+    # the repo page's timeline links to the task that wrote an op
+    tab.go(f"/repos/{REPO}")
+    page.locator(".timeline .origin a").first.click()
+    page.wait_for_selector("#turns")
+    assert "/tasks/skillos/0/" in page.url
+
+
+def test_a_live_run_advances_without_reload(tab, stack):
+    # locator assertions poll without eval (the console's CSP refuses wait_for_function's eval)
+    from playwright.sync_api import expect
+
+    plan = StreamPlan(run_id="run-20260103-000000-b0b0b0", tasks=6, seeds=1, methods=("skillos",))
+    live = write_stream_run(stack.runs / "20260103-live", plan, finish=False)
+    records = task_records(plan, "skillos", 0)
+    live.task(records[0])
+    page = tab.page
+    tab.login(TOKENS["admin"])
+    tab.go("/runs/20260103-live")
+    page.evaluate("window.__same_page = true")     # gone if the page reloads
+    assert page.locator("#task-rows tr").count() == 1
+
+    def write_more():
+        for rec in records[1:4]:
+            time.sleep(0.6)
+            live.task(rec)
+
+    writer = threading.Thread(target=write_more)
+    writer.start()
+    expect(page.locator("#task-rows tr")).to_have_count(4, timeout=30_000)
+    writer.join()
+    assert page.evaluate("window.__same_page") is True
+    assert page.locator("[data-done]").inner_text() == "4"
+    expect(page.locator("#summary tbody td").nth(1)).to_have_text("4")     # the live summary table
+    page.wait_for_selector("figure[data-chart=success] canvas")
+    page.wait_for_timeout(2000)                                            # the charts' refresh
+    tab.shot("run-live")
+    for rec in records[4:]:
+        live.task(rec)
+    live.finish()
+    page.wait_for_selector(".status.done", timeout=30_000)            # the page reloads when the run ends
+    assert page.locator("#tasks tbody tr").count() == 6
+
+
+def test_hostile_skill_cannot_run_script(tab, stack):
+    page = tab.page
+    tab.login(TOKENS["admin"])
+    for path in (f"/repos/{DEMO}/skills/{HOSTILE_NAME}", f"/repos/{DEMO}", f"/repos/{DEMO}/ops",
+                 f"/repos/{DEMO}?q=probe+escaping"):
+        tab.go(path)
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__xss") is None, path
+        assert page.evaluate("document.querySelectorAll('script').length") == 2, path   # the console's own
+        assert page.evaluate("document.querySelectorAll('img[onerror], iframe, a[href^=\"javascript:\"]').length") == 0
+    tab.go(f"/repos/{DEMO}/skills/{HOSTILE_NAME}")
+    body = page.locator("#skill-body").inner_text()
+    assert '<script>window.__xss = "script"</script>' in body and "onerror=" in body   # shown as text
+    assert "<img src=x onerror=" in page.locator("#frontmatter").inner_text()
+    tab.go(f"/repos/{DEMO}")
+    page.locator("#q").press_sequentially("probe", delay=30)
+    page.wait_for_selector(f"#hits a:text('{HOSTILE_NAME}')")
+    assert page.evaluate("window.__xss") is None
+    assert not tab.dialogs
