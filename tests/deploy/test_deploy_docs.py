@@ -81,6 +81,27 @@ def check_kubectl(argv: list[str]) -> None:
         raise AssertionError(f"no offline check for `{' '.join(argv)}`")
 
 
+def check_compose_v1(argv: list[str]) -> None:
+    """docker-compose 1.29 with the file deploy/compose_v1.py generates: its profiles and services."""
+    sys.path.insert(0, str(ROOT / "deploy"))
+    import compose_v1
+
+    args, profiles = argv[1:], []
+    while args and args[0].startswith("-"):
+        flag, value, args = args[0], args[1], args[2:]
+        if flag == "--profile":
+            profiles.append(value)
+        elif flag == "-f":
+            assert value == "docker-compose.v1.yml", f"docker-compose 1.29 needs the generated file, not {value}"
+        else:
+            assert flag == "-p", flag
+    doc = yaml.safe_load(compose_v1.render(profiles))
+    active = compose_v1.active_services(doc, set(profiles))
+    assert args[0] in ("up", "ps", "logs", "run", "build", "down", "config"), args
+    for name in (a for a in args[1:] if not a.startswith("-")):
+        assert name in active, f"`{' '.join(argv)}`: {name} is not active"
+
+
 def check_docker(argv: list[str]) -> None:
     if argv[1] == "build":
         all_stages = stages()
@@ -120,6 +141,12 @@ def test_guide_command(command):
     argv = tokens[:tokens.index("|")] if "|" in tokens else tokens
     while re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):  # VAR=value prefixes: the variable must be used
         var, value = argv.pop(0).split("=", 1)
+        if var == "DOCKER_BUILDKIT":
+            assert value == "1" and argv[:2] == ["docker", "build"], "DOCKER_BUILDKIT=1 goes with docker build"
+            continue
+        if var.startswith("SKILLOS_CHECK_") or var == "SKILLOS_COMPOSE":
+            assert var in (ROOT / "deploy" / "compose_check.py").read_text(), f"{var} is not read by compose-check"
+            continue
         assert f"${{{var}" in COMPOSE.read_text() or var in ("CI",), f"{var} is not read by docker-compose.yml"
         if var == "TRAIN_CONFIG":
             assert (ROOT / "configs" / value).is_file(), value
@@ -134,6 +161,17 @@ def test_guide_command(command):
         check_docker(argv)
     elif head in ("hadolint", "check-jsonschema"):
         run(tool(head), *argv[1:])
+    elif head == "docker-compose":
+        check_compose_v1(argv)
+    elif head == "make":
+        targets = re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.MULTILINE)
+        assert argv[1:] and all(a in targets for a in argv[1:]), f"no make target {argv[1:]}"
+    elif head == "python" and argv[1] == "deploy/pyindex.py":
+        # fill fetches GBs and serve runs until stopped: checked against the script's own parser
+        sys.path.insert(0, str(ROOT / "deploy"))
+        import pyindex
+
+        pyindex.build_parser().parse_args(argv[2:])
     elif head == "python":
         run(sys.executable, *argv[1:])
     else:

@@ -58,7 +58,7 @@ def test_schema_validation_catches_bad_objects():
 def test_every_service_has_probes_security_and_resources(values):
     objs = helm_template(values)
     deployments = by_kind(objs, "Deployment")
-    for name in ("skillrepo", "executor", "curator", "alfworld", "webshop", "reasoning"):
+    for name in ("skillrepo", "executor", "curator", "alfworld", "webshop", "reasoning", "console"):
         dep = deployments[f"skillos-{name}"]
         c = container(dep)
         assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -293,3 +293,19 @@ def test_external_llm_values_point_roles_at_the_endpoints_with_keys_in_the_secre
     secret = by_kind(objs, "Secret")["skillos-secrets"]["data"]
     assert base64.b64decode(secret["SKILLOS_LLM_API_KEY"]).decode() == "CHANGE-ME"
     assert "SKILLOS_LLM_API_KEY" not in config
+
+
+@pytest.mark.parametrize("values,claim", [("values.yaml", None), ("values-training.yaml", "skillos-trainer-runs")])
+def test_console_reads_run_folders_read_only(values, claim):
+    objs = helm_template(values)
+    dep = by_kind(objs, "Deployment")["skillos-console"]
+    assert dep["spec"]["replicas"] == 1, "sessions live in the console's memory"
+    mount = next(m for m in container(dep)["volumeMounts"] if m["name"] == "runs")
+    config = by_kind(objs, "ConfigMap")["skillos-config"]["data"]
+    assert mount["readOnly"] is True and mount["mountPath"] == config["SKILLOS_CONSOLE_RUNS_DIR"]
+    volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "runs")
+    if claim is None:
+        assert volume == {"name": "runs", "emptyDir": {}}
+    else:   # the trainer's claim, which its Job writes output_dir into
+        assert volume["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
+        assert claim in {o["metadata"]["name"] for o in objs if o["kind"] == "PersistentVolumeClaim"}

@@ -125,11 +125,14 @@ def test_gpu_trainer_prebuilds_deepspeed_fused_adam_with_cuda_torch():
 
 
 def test_builder_pins_everything_and_builds_llama_cpp_portably():
-    builder = " ".join(a for i, a in stages()["builder"] if i == "RUN")
-    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"' in builder
+    all_stages = stages()
+    builder = " ".join(effective("builder", "RUN", all_stages))
+    llama = " ".join(a for i, a in all_stages["llama-wheel"] if i == "RUN")
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"' in llama
+    assert '"llama-cpp-python==0.3.36"' in llama
     assert "llama-cpp-python[server]==0.3.36" in builder and "torch==2.13.0" in builder
     assert "--constraint deploy/requirements.lock" in builder
-    for pip in re.findall(r"pip install[^&]*", builder):
+    for pip in re.findall(r"pip (?:install|wheel)[^&]*", builder + " " + llama):
         assert "--no-cache-dir" in pip, pip
 
 
