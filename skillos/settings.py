@@ -33,6 +33,7 @@ class CommonSettings(BaseSettings):
     alfworld_url: str = "http://127.0.0.1:8010"
     webshop_url: str = "http://127.0.0.1:8011"
     reasoning_url: str = "http://127.0.0.1:8012"
+    console_url: str = "http://127.0.0.1:8004"   # the web console (`skillos run` links to it when it is up)
 
     # data directories, honoured by every command (serve, up, run, group, train)
     alfworld_data: Path = DEFAULT_SHARED_DATA / "alfworld"

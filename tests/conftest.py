@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# The suite's embedded LLM serves SmolLM2-135M (fast), so every LLM role of every service the tests
+# start names that model (llama.cpp serves what it loaded whatever the name; metrics label by it).
+os.environ.setdefault("SKILLOS_LLM_MODEL", "smollm2-135m-instruct")
+
 PG_ADMIN_URL = os.environ.get("SKILLOS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SKILLOS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -140,11 +144,13 @@ def run_service(args: list[str], *, env: dict[str, str] | None = None, port: int
 
 @pytest.fixture(scope="session")
 def embedded_llm(tmp_path_factory) -> Iterator[str]:
-    """The real embedded LLM (`skillos serve llm`: SmolLM2-135M on llama.cpp), once per session.
+    """The real embedded LLM (`skillos serve llm` with SmolLM2-135M, the fast test model, on the default
+    backend: llama.cpp's llama-server), once per session.
 
     Yields its OpenAI base URL (".../v1"); point a role at it with SKILLOS_<ROLE>_LLM_BASE_URL.
     """
     # threads: SKILLOS_LLM_N_THREADS (default 2); use 1 on a machine busy with other work, where
     # llama.cpp's spinning threads slow each other down badly
-    with run_service(["llm"], tmp_path=tmp_path_factory.mktemp("llm"), ready_timeout=180) as svc:
+    with run_service(["llm", "--model", "smollm2-135m-instruct"], tmp_path=tmp_path_factory.mktemp("llm"),
+                     ready_timeout=180) as svc:
         yield f"{svc.url}/v1"

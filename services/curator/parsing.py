@@ -183,6 +183,30 @@ def _parse_python_calls(content: str) -> list[ParsedCall]:
     return out
 
 
+_NUMBERING = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
+
+
+def content_from_fields(name: str, description: Any, steps: Any) -> str:
+    """The SKILL.md content of a skill given as fields (the JSON mode's description + steps)."""
+    lines = [_NUMBERING.sub("", s).strip() for s in steps if isinstance(s, str)] if isinstance(steps, list) else []
+    body = "\n".join(f"{i}. {line}" for i, line in enumerate((x for x in lines if x), 1))
+    description = description.strip() if isinstance(description, str) else ""
+    return f"---\nname: {name}\ndescription: {json.dumps(description)}\n---\n{body}\n" if description else body
+
+
+def _fields_to_content(call: ParsedCall) -> None:
+    """description + steps → content (new_skill_insert) or new_content (skill_update)."""
+    args = call.arguments
+    if "steps" not in args or call.name not in ("new_skill_insert", "skill_update"):
+        return
+    target = "content" if call.name == "new_skill_insert" else "new_content"
+    if not args.get(target):
+        args[target] = content_from_fields(str(args.get("skill_name") or ""), args.get("description"),
+                                           args.get("steps"))
+    args.pop("steps", None)
+    args.pop("description", None)
+
+
 def parse_curator_output(content: str | None, tool_calls: list[dict[str, Any]] | None) -> list[ParsedCall]:
     """All calls in one completion. Never raises; unreadable calls carry ``error``."""
     calls: list[ParsedCall] = []
@@ -207,6 +231,7 @@ def parse_curator_output(content: str | None, tool_calls: list[dict[str, Any]] |
             if call.error is None and call.name not in OP_NAMES:
                 call.error = f"unknown function {call.name!r}; use one of {', '.join(OP_NAMES)}"
         call.arguments = {_ARG_ALIASES.get(k, k): v for k, v in call.arguments.items()}
+        _fields_to_content(call)
     for call in calls[MAX_CALLS:]:
         call.error = call.error or f"more than {MAX_CALLS} calls in one decision"
     return calls

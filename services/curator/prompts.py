@@ -7,6 +7,7 @@ sample completions from its in-process policy with exactly the prompt the servic
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 SKILL_NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"
@@ -41,8 +42,11 @@ CURATOR_TOOLS: list[dict[str, Any]] = [
 
 # For backends without a tools API but with grammar-constrained JSON (llama.cpp, vLLM guided decoding):
 # the same calls as one JSON object, every required argument enforced and names in skill-name syntax.
-# In this mode skill_update always rewrites the content (renaming needs the tools API). No maxLength:
-# llama.cpp expands it into a grammar too large to load (max_tokens bounds the length instead).
+# A skill is written as fields — a description and 3 to 6 steps — which the parser renders as the
+# SKILL.md content (`parsing.content_from_fields`): asked for one Markdown string, a 1.5B model writes
+# a one-line "skill"; asked for steps, it writes steps. In this mode skill_update always rewrites the
+# skill (renaming needs the tools API). No maxLength: llama.cpp expands it into a grammar too large
+# to load (max_tokens bounds the length instead).
 _NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+){0,5}$"
 
 
@@ -53,52 +57,98 @@ def _call_schema(name: str, args: dict[str, Any]) -> dict[str, Any]:
         "required": ["name", "arguments"]}
 
 
-def curator_json_schema(min_calls: int = 0, max_calls: int = 2) -> dict[str, Any]:
-    """The JSON-mode schema with bounds on the number of calls."""
+def curator_json_schema(min_calls: int = 0, max_calls: int = 2,
+                        existing: list[str] | None = None) -> dict[str, Any]:
+    """The JSON-mode schema with bounds on the number of calls.
+
+    ``existing``: the names of the skills the curator was shown. When given, skill_update and
+    skill_delete may only name one of them (with none, only new_skill_insert is offered): an edit of
+    a skill the curator has not seen is refused by the repo anyway, and a small model asked to
+    "improve the library" of an empty repo otherwise picks skill_update about half the time.
+    """
     schema = json.loads(json.dumps(CURATOR_JSON_SCHEMA))
-    schema["properties"]["calls"]["minItems"] = min_calls
-    schema["properties"]["calls"]["maxItems"] = max_calls
+    calls = schema["properties"]["calls"]
+    calls["minItems"] = min_calls
+    calls["maxItems"] = max_calls
+    if existing is not None:
+        names = sorted({n for n in existing if re.fullmatch(_NAME_PATTERN[1:-1], n)})
+        options = calls["items"]["anyOf"]
+        if not names:
+            calls["items"]["anyOf"] = [o for o in options if o["properties"]["name"]["const"] == "new_skill_insert"]
+        else:
+            for o in options:
+                if o["properties"]["name"]["const"] != "new_skill_insert":
+                    o["properties"]["arguments"]["properties"]["skill_name"] = {"enum": names}
     return schema
 
+
+MIN_STEPS, MAX_STEPS = 3, 6
+# non-empty text: an empty description and empty steps make an empty skill, which the repo refuses
+_SKILL_FIELDS = {"description": {"type": "string", "minLength": 8},
+                 "steps": {"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": MIN_STEPS,
+                           "maxItems": MAX_STEPS}}
 
 CURATOR_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"calls": {"type": "array", "maxItems": 2, "items": {"anyOf": [
         _call_schema("new_skill_insert", {"skill_name": {"type": "string", "pattern": _NAME_PATTERN},
-                                          "content": {"type": "string"}}),
+                                          **_SKILL_FIELDS}),
         _call_schema("skill_update", {"skill_name": {"type": "string", "pattern": _NAME_PATTERN},
-                                      "new_content": {"type": "string"}}),
+                                      **_SKILL_FIELDS}),
         _call_schema("skill_delete", {"skill_name": {"type": "string", "pattern": _NAME_PATTERN}}),
     ]}}},
     "required": ["calls"],
 }
 
-SYSTEM_PROMPT = """You maintain a library of skills for an agent that solves tasks one after another.
-A skill is a short Markdown document that tells the agent how to handle a kind of task: when it \
-applies, the steps to follow in order, and what to do when a step fails. Good skills are general \
-(they help with future tasks of the same kind, not only this exact one), concrete (real action \
-patterns, not vague advice) and short. Never paste the raw trajectory into a skill.
+SYSTEM_PROMPT = """You maintain a library of skills for an agent that solves tasks one after another in the same \
+environment. A skill is a short Markdown procedure for one KIND of task: when it applies, the steps in \
+the environment's own actions, and what to do when a step fails.
 
-After each task you see what the agent did, whether it believes it succeeded, and the skills it \
-was given. Then you edit the library with function calls:
-- new_skill_insert(skill_name, content): add a skill for a kind of task the library does not cover.
-- skill_update(skill_name, new_name?, new_content?): improve an existing skill, e.g. add a step \
-that was missing or a fix for a failure you observed.
-- skill_delete(skill_name): remove a skill that misled the agent or duplicates another.
+Good skills help the next tasks of the same kind:
+- general: write OBJECT and PLACE (or the kind of thing) instead of this task's numbered items such as \
+"apple 1" or "cabinet 3"; never paste the trajectory;
+- concrete: every step is an action of the environment (for example "go to PLACE", "open PLACE", \
+"take OBJECT from PLACE"), with where to look first;
+- short: a first line saying when to use it, then 3 to 6 numbered steps (under 80 words);
+- corrective: when the agent failed, write the step it missed or the mistake to avoid.
 
-Rules: skill_name is lowercase words joined by hyphens (like clean-object-then-place). Only update or \
-delete skills listed under "Retrieved skills". Make at most 2 calls. Keep each skill under 80 words: \
-a title line, then 3 to 6 numbered steps. Learn from failures too: a failed attempt shows what to avoid."""
+After each task you see what the agent did, whether it believes it succeeded, and the skills it was \
+given. Then you edit the library with function calls:
+- new_skill_insert(skill_name, content): add a skill for a kind of task the library does not cover yet;
+- skill_update(skill_name, new_name?, new_content?): fix or improve a retrieved skill, e.g. add a \
+missing step or a recovery for a failure you saw;
+- skill_delete(skill_name): remove a retrieved skill that misled the agent or duplicates another.
 
-JSON_FORMAT_HINT = """Answer with one JSON object and nothing else, in this form:
-{"calls": [{"name": "new_skill_insert", "arguments": {"skill_name": "...", "content": "..."}}]}"""
+Rules: skill_name is lowercase words joined by hyphens naming the kind of task (like \
+clean-then-place). Only update or delete skills listed under "Retrieved skills". Make at most 2 calls, \
+and none if the task taught nothing new.
+
+Example of a good skill's content:
+---
+name: place-object
+description: Put an object in or on a place.
+---
+Use when the task says "put OBJECT in/on PLACE".
+1. Go to where OBJECT usually is (countertop, table, cabinet); open closed places to see inside.
+2. take OBJECT from PLACE where you found it (the object the task names, not another).
+3. go to the target PLACE.
+4. move OBJECT to the target PLACE.
+If an action gives "Nothing happens", check you hold OBJECT and stand at the right place."""
+
+JSON_FORMAT_HINT = """Answer with one JSON object and nothing else. A skill is written as its description \
+(when to use it) and its steps; skill_update gives the whole new skill the same way:
+{"calls": [{"name": "new_skill_insert", "arguments": {"skill_name": "place-object", "description": \
+"Put an object in or on a place.", "steps": ["Go to where OBJECT usually is; open closed places to see \
+inside.", "take OBJECT from PLACE where you found it.", "go to the target PLACE.", "move OBJECT to the \
+target PLACE."]}}]}"""
 
 TEXT_FORMAT_HINT = """Write each call as <tool_call>{"name": "...", "arguments": {...}}</tool_call>."""
 
 # Bounds on what goes into the prompt: the trajectory keeps its start and its end, where the
 # useful signal (setup, then success or the failure loop) usually is.
-MAX_TURNS_SHOWN = 24
-MAX_FIELD_CHARS = 400
+MAX_TURNS_SHOWN = 20
+MAX_FIELD_CHARS = 240
+MAX_THOUGHT_CHARS = 160
 MAX_SKILL_CHARS = 1500
 
 
@@ -125,7 +175,7 @@ def format_trajectory(trajectory: Any) -> str:
             lines.append(f"... ({len(turns) - MAX_TURNS_SHOWN} turns omitted) ...")
             continue
         obs = _clip(_field(turn, "observation"), MAX_FIELD_CHARS)
-        thought = _clip(_field(turn, "thought"), MAX_FIELD_CHARS)
+        thought = _clip(_field(turn, "thought"), MAX_THOUGHT_CHARS)
         action = _clip(_field(turn, "action"), 200)
         valid = _field(turn, "valid", None)
         lines.append(f"Step {number}:")

@@ -8,6 +8,7 @@ the answer's ``error`` with no calls (validity 0), so a stream or a trainer can 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -84,7 +85,8 @@ class Curator:
         if s.curator_output_mode == "tools":
             kwargs.update(tools=CURATOR_TOOLS, tool_choice="auto")
         elif s.curator_output_mode == "json":
-            schema = curator_json_schema(s.curator_min_calls, s.curator_max_calls)
+            schema = curator_json_schema(s.curator_min_calls, s.curator_max_calls,
+                                         existing=[k.name for k in req.retrieved_skills])
             kwargs["response_format"] = response_format_for(s.curator_json_style, schema)
         if s.curator_ask_token_ids:
             kwargs["extra_body"] = {"return_token_ids": True}
@@ -94,6 +96,7 @@ class Curator:
         if req.apply and not req.repo:
             raise APIError(422, "invalid_request", "apply is true but no repo was given: set repo, or apply=false")
         start = time.perf_counter()
+        call_id = uuid.uuid4().hex[:16]
         if req.apply:
             await self._check_repo(req.repo)  # fail fast: no LLM time spent for a repo that is not there
         messages = build_curator_messages(req.trajectory, req.self_judged_success, req.retrieved_skills,
@@ -105,7 +108,7 @@ class Curator:
             log.warning("curator_llm_failed", error=e.describe())
             return CurateResponse(calls=[], validity_rate=0.0, applied=False, raw_completion="",
                                   messages=messages, model=self.llm.settings.model, error=e.describe(),
-                                  usage=CurateUsage(total_seconds=time.perf_counter() - start))
+                                  usage=CurateUsage(total_seconds=time.perf_counter() - start), call_id=call_id)
         parsed = parse_curator_output(result.content, result.tool_calls)
         if result.finish_reason == "length" and parsed and parsed[-1].error is None and not result.tool_calls:
             # a grammar-constrained object that closed exactly at the limit is fine; note it for debugging
@@ -120,7 +123,7 @@ class Curator:
                 to_apply.append((i, {"name": call.name, "arguments": args}))
         applied = False
         if req.apply and to_apply:
-            applied = await self._apply(req, to_apply, verdicts)
+            applied = await self._apply(req, to_apply, verdicts, call_id)
         valid = sum(v.valid for v in verdicts)
         rate = valid / len(verdicts) if verdicts else 1.0
         for v in verdicts:
@@ -131,7 +134,7 @@ class Curator:
         return CurateResponse(
             calls=verdicts, validity_rate=rate, applied=applied, raw_completion=result.content,
             raw_tool_calls=result.tool_calls or None, messages=messages, tokens=token_trace(result),
-            model=str(result.raw.get("model") or self.llm.settings.model),
+            model=str(result.raw.get("model") or self.llm.settings.model), call_id=call_id,
             usage=CurateUsage(prompt_tokens=result.usage.prompt_tokens,
                               completion_tokens=result.usage.completion_tokens, llm_seconds=result.latency_s,
                               total_seconds=time.perf_counter() - start))
@@ -145,11 +148,13 @@ class Curator:
             raise APIError(502, "skillrepo_unavailable", f"skill repo failed: {e.message}") from e
 
     async def _apply(self, req: CurateRequest, to_apply: list[tuple[int, dict[str, Any]]],
-                     verdicts: list[OpVerdict]) -> bool:
+                     verdicts: list[OpVerdict], call_id: str) -> bool:
         """Send the locally valid calls as one non-atomic batch; copy the repo's verdict onto each."""
+        origin = {"source": "curator", **(req.origin.model_dump(exclude_none=True) if req.origin else {}),
+                  "curator_call": call_id}
         try:
             result = await self.repo.apply_ops(req.repo, [op for _, op in to_apply],
-                                               idempotency_key=req.idempotency_key, atomic=False)
+                                               idempotency_key=req.idempotency_key, atomic=False, origin=origin)
         except SkillRepoError as e:
             if e.status == 404:
                 raise APIError(404, "repo_not_found", f"skill repo has no repo {req.repo!r}: create it first") from e

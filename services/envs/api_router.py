@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from fastapi import APIRouter, Query, Response
 
@@ -40,7 +41,9 @@ def build_router(manager: SessionManager) -> APIRouter:
 
     @router.get("/splits", summary="The splits this server serves")
     async def splits() -> SplitsResponse:
-        return SplitsResponse(env=env, splits=manager.env.splits())
+        data_dir = getattr(manager.env, "data_dir", None)
+        return SplitsResponse(env=env, splits=manager.env.splits(),
+                              data_dir=str(Path(data_dir).resolve()) if data_dir else None)
 
     @router.get("/tasks", summary="Tasks of a split (all splits when none is given)")
     async def tasks(split: str | None = Query(None, max_length=128),

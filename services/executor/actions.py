@@ -1,6 +1,7 @@
 """Reading the thought and the action out of a model's completion.
 
-The rule (documented in docs/llm-backends.md and the executor's OpenAPI description):
+A completion in the JSON action format (``{"thought": ..., "action": ...}``, asked for with a JSON schema
+whose action is one of the admissible actions) is read as such. Otherwise the rule (documented in docs/llm-backends.md and the executor's OpenAPI description):
 
 1. The thought is the text inside ``<think>...</think>``; without those tags, everything before
    ``<action>``.
@@ -22,6 +23,7 @@ Without an admissible list (``/v1/act`` may omit it) the action goes as written 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -54,9 +56,28 @@ def normalize(action: str) -> str:
     return a.rstrip(".").strip().lower()
 
 
+def _json_decision(text: str) -> tuple[str, str] | None:
+    """(thought, action) of a JSON decision ``{"thought": ..., "action": ...}`` (the executor's JSON
+    action format), or None when the completion is not one."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("action"), str):
+        return None
+    thought = data.get("thought")
+    return (thought if isinstance(thought, str) else "").strip(), data["action"].strip()[:MAX_ACTION_CHARS]
+
+
 def split_completion(text: str) -> tuple[str, str]:
     """(thought, raw action) from a completion; either may be empty."""
     text = text or ""
+    decision = _json_decision(text)
+    if decision is not None:
+        return decision
     closed = _ACTION_CLOSED.findall(text)
     if closed:
         action = closed[-1]

@@ -13,6 +13,7 @@ from skillos.protocol.executor import (
     JudgeRequest,
     JudgeResponse,
 )
+from skillos.service import unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["executor"])
 _ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 409, 422, 429, 502)}
@@ -26,14 +27,15 @@ def _executor(request: Request):
              summary="Run one ReAct episode against an env server with top-k skills")
 async def run_episode(body: EpisodeRequest, request: Request) -> EpisodeResponse:
     """An LLM failure mid-episode is not an HTTP error: the episode comes back with
-    ``success=false``, ``stop_reason="llm_error"`` and ``error`` saying why."""
-    return await _executor(request).run_episode(body)
+    ``success=false``, ``stop_reason="llm_error"`` and ``error`` saying why. A client that disconnects
+    cancels its episode."""
+    return await unless_disconnected(request, _executor(request).run_episode(body))
 
 
 @router.post("/act", response_model=ActResponse, responses=_ERRORS,
              summary="One decision (thought + action) for an agent in production")
 async def act(body: ActRequest, request: Request) -> ActResponse:
-    return await _executor(request).act(body)
+    return await unless_disconnected(request, _executor(request).act(body))
 
 
 @router.post("/judge", response_model=JudgeResponse, responses=_ERRORS,

@@ -1,14 +1,29 @@
 """Prompt templates of the executor (our wording of the GiGPO/SkillRL-style ReAct prompt).
 
-Each agentic turn shows: the environment and the task, the retrieved skills, the last
-``history_len`` (observation, action) steps, the current observation, the admissible actions, and
-asks for reasoning in ``<think>`` then exactly one action in ``<action>``. Reasoning tasks are one
-turn of chain-of-thought with the answer in ``<answer>``. The judge prompts ask the same backbone
-for a one-word verdict about a finished trajectory (paper App. A.4).
+An agentic episode is one growing chat, ordered so that an OpenAI-compatible server's prompt cache
+(llama.cpp's per-slot cache, vLLM's prefix caching) reuses everything but the newest turn:
+
+    system     who the agent is, how the environment works, the answer format   (same for every episode)
+    user       the task, the retrieved skills, the first observation              (same for the episode)
+    assistant  <action>a_0</action>          ┐
+    user       step 2: what happened …        │ append-only: the previous turn's prompt is a prefix
+    …                                         ┘
+    user       step t: the observation and the actions possible now
+
+Each turn therefore costs the server the new observation and action (~100 tokens) instead of the whole
+prompt (bench/RESULTS-executor.md: "prefix reuse"). Past thoughts are not replayed (only the actions),
+and ALFWorld's admissible actions are shown compactly: the places to go to are in the first
+observation, each turn lists only the other actions possible there. ``history_len`` caps the past steps
+shown in full; older ones are dropped in chunks (``HISTORY_CHUNK``) so the cache survives between drops.
+
+Reasoning tasks are one turn of chain-of-thought with the answer in ``<answer>``. The judge prompts ask
+the same backbone for a verdict about a finished trajectory (paper App. A.4).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 
 from skillos.protocol.executor import RetrievedSkill
@@ -16,16 +31,79 @@ from skillos.protocol.executor import RetrievedSkill
 MAX_SKILL_CHARS = 1500  # per skill body: keeps 5 skills inside a small model's context
 MAX_OBS_CHARS = 2000
 MAX_ADMISSIBLE = 60
+HISTORY_CHUNK = 8
 
 ENV_ROLES = {
-    "alfworld": "a household robot in a text-based ALFRED home (ALFWorld)",
+    "alfworld": "a household robot in a text-based home (ALFWorld)",
     "webshop": "a shopping assistant browsing the WebShop online store",
     "reasoning": "a careful problem solver",
     "generic": "an autonomous agent",
 }
 
-SYSTEM = ("You are {role}. You act one step at a time. At every step you first think briefly inside "
-          "<think></think>, then give exactly one action inside <action></action>.")
+FORMATS = {
+    "tags": ("At every step, first think briefly (one or two short sentences) inside <think></think>, then give "
+             "exactly one action inside <action></action>."),
+    "json": ('At every step, answer with one JSON object: {"thought": "one or two short sentences: what you '
+             'know and what to do next", "action": "exactly one of the actions you can take now"}.'),
+}
+
+# One short demonstration per environment (our own, in a made-up room/store): the format, and how an
+# episode moves forward. Fixed text at the top of every prompt, so a prompt cache holds it for free.
+DEMOS = {
+    "alfworld": """Example (another room, another task):
+Task: put a mug in shelf.
+Step 1. You are in the middle of a room. Looking quickly around you, you see a shelf 1, a cabinet 2, a cabinet 1, a countertop 1 and a sinkbasin 1.
+<think>A mug is often on a countertop or in a cabinet. I check countertop 1 first.</think>
+<action>go to countertop 1</action>
+Step 2. You arrive at countertop 1. On the countertop 1, you see a knife 1 and a bread 1.
+<think>No mug here. Cabinets are closed, so I go to cabinet 1 and open it.</think>
+<action>go to cabinet 1</action>
+Step 3. You arrive at cabinet 1. The cabinet 1 is closed.
+<think>I open it to see inside.</think>
+<action>open cabinet 1</action>
+Step 4. You open the cabinet 1. In it, you see a mug 2.
+<think>Found a mug. I take it.</think>
+<action>take mug 2 from cabinet 1</action>
+Step 5. You pick up the mug 2 from the cabinet 1.
+<think>Now I bring it to the shelf.</think>
+<action>go to shelf 1</action>
+Step 6. You arrive at shelf 1. On the shelf 1, you see nothing.
+<think>I move the mug to the shelf to finish the task.</think>
+<action>move mug 2 to shelf 1</action>""",
+    "webshop": """Example (another request):
+Task: i need a blue cotton t-shirt for men, size large, under 30 dollars.
+Step 1. Search
+<think>I search with the key words of the request.</think>
+<action>search[blue cotton t-shirt men]</action>
+Step 2. Page 1 (Total results: 50) [SEP] B07X1 [SEP] Men's Cotton Crew T-Shirt, Blue [SEP] $19.99 [SEP] B08Y2 [SEP] Women's Tank Top [SEP] $12.00
+<think>B07X1 is a men's blue cotton t-shirt under 30 dollars. I open it.</think>
+<action>click[b07x1]</action>
+Step 3. size [SEP] small [SEP] medium [SEP] large [SEP] color [SEP] blue [SEP] black [SEP] Buy Now
+<think>The request says size large and blue; I select both, then buy.</think>
+<action>click[large]</action>""",
+}
+
+GUIDES = {
+    "alfworld": """How the game works:
+- Actions: go to PLACE | open PLACE | close PLACE | take OBJECT from PLACE | move OBJECT to PLACE | \
+heat OBJECT with microwave N | cool OBJECT with fridge N | clean OBJECT with sinkbasin N | use LAMP | \
+examine THING | inventory | look
+- Name places and objects exactly as the game does, number included (countertop 1, apple 2).
+- You carry one object at a time: take the object the task names, not another one. Objects lie on or \
+inside places; closed places (cabinets, drawers, fridge, microwave, safe) must be opened to see inside.
+- Search where the object usually is first, then the other places you have not visited. "look" and \
+"examine" only repeat what you already saw.
+- "Nothing happens." means the action did not work: do something else.
+- The task is done only when the game accepts the final step (for example moving the object to its place).""",
+    "webshop": """How the store works:
+- Actions: search[QUERY] on the search page; click[LABEL] with a label shown on the page (a product id \
+like b0xxxxxxx, an option value, "buy now", "back to search", "next >", "< prev").
+- Search with the key words of the request, open a product that matches it, click every option the \
+request names (size, color, …), then click[buy now]. The price must be below the limit.""",
+}
+
+SYSTEM = "You are {role}. {guide}\n\n{fmt}"
+_DEMO_TURN = re.compile(r"<think>(.*?)</think>\n<action>(.*?)</action>", re.DOTALL)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -33,44 +111,173 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
+def system_prompt(env: str, action_format: str = "json") -> str:
+    text = SYSTEM.format(role=ENV_ROLES.get(env, ENV_ROLES["generic"]), guide=GUIDES.get(env, ""),
+                         fmt=FORMATS[action_format])
+    if env not in DEMOS:
+        return text
+    demo = DEMOS[env]
+    if action_format == "json":
+        demo = _DEMO_TURN.sub(lambda m: assistant_turn(m.group(2), m.group(1), "json"), demo)
+    return text + "\n\n" + demo
+
+
+def assistant_turn(action: str, thought: str = "", action_format: str = "json") -> str:
+    """A decision as the model writes it (the thought kept: without it, a small model copies the bare
+    actions of its history, stops thinking and repeats itself)."""
+    if action_format == "json":
+        return json.dumps({"thought": _clip(thought, 400), "action": action}, ensure_ascii=False)
+    return (f"<think>{_clip(thought, 400)}</think>\n" if thought else "") + f"<action>{action}</action>"
+
+
+def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -> dict | None:
+    """JSON schema of one decision: a thought, and an action from the admissible list minus ``avoid``
+    (WebShop's ``search[<your query>]`` becomes any ``search[...]``). None without a list: free text
+    cannot be checked, so no schema is asked for."""
+    if not admissible:
+        return None
+    exact = [a for a in shown_actions(admissible, avoid) if not a.startswith("search[")]
+    choices: list[dict] = [{"enum": exact}] if exact else []
+    if any(a.startswith("search[") for a in admissible):
+        choices.append({"type": "string", "pattern": "^search\\[[^\\]]{1,200}\\]$"})
+    action = choices[0] if len(choices) == 1 else {"anyOf": choices}
+    return {"type": "object", "properties": {"thought": {"type": "string"}, "action": action},
+            "required": ["thought", "action"], "additionalProperties": False}
+
+
+NO_PROGRESS = "(Your last action changed nothing. Do something different.)"
+
+
+def stale_actions(history: Sequence[tuple], observation: str) -> list[str]:
+    """Actions already taken in the situation the agent is in now (the same observation; after a
+    refused action, the situation before it): in a text game they would give what they gave before.
+    The executor does not offer them again, which breaks the loops small models fall into
+    (examine, look, examine, look …)."""
+    def situations(observations):
+        key = ""
+        for o in observations:
+            if not o.strip().lower().startswith("nothing happens"):
+                key = o.strip()
+            yield key
+
+    keys = list(situations([step[0] for step in history] + [observation]))
+    stale: list[str] = []
+    for step, key in zip(history, keys, strict=False):
+        if key == keys[-1] and step[1] not in stale:
+            stale.append(step[1])
+    return stale
+
+
+def _no_progress(history: Sequence[tuple], observation: str) -> bool:
+    """The last action was repeated and left the observation as it was, or the game refused it."""
+    if not history:
+        return False
+    last_obs, last_action = history[-1][0], history[-1][1]
+    if observation.strip().lower().startswith("nothing happens"):
+        return True
+    return len(history) >= 2 and history[-2][1] == last_action and observation.strip() == last_obs.strip()
+
+
 def skills_block(skills: Sequence[RetrievedSkill]) -> str:
     if not skills:
         return ""
-    parts = ["Skills that may help (learned from earlier tasks; use them when they apply):"]
+    parts = ["Skills from earlier tasks (follow one when it fits this task):"]
     for i, s in enumerate(skills, 1):
         head = f"[{i}] {s.name}" + (f": {s.description}" if s.description else "")
         parts.append(head + ("\n" + _clip(s.body, MAX_SKILL_CHARS) if s.body.strip() else ""))
     return "\n\n".join(parts) + "\n\n"
 
 
-def history_block(history: Sequence[tuple[str, str]], steps_taken: int) -> str:
-    if not history:
+_WEBSHOP_HEADER = re.compile(r"^\s*(WebShop\s*\[SEP\]\s*)?Instruction:\s*\[SEP\].*?\[SEP\]\s*", re.DOTALL)
+
+
+def show_observation(env: str, observation: str) -> str:
+    """The observation as the model reads it: WebShop's pages repeat the instruction, which the task says."""
+    if env == "webshop":
+        observation = _WEBSHOP_HEADER.sub("", observation, count=1)
+    return _clip(observation, MAX_OBS_CHARS)
+
+
+def shown_actions(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -> list[str]:
+    """The admissible actions offered to the model: without "help" and without ``avoid`` (actions
+    that just changed nothing), unless that would leave nothing."""
+    actions = [a for a in (admissible or []) if a.strip().lower() != "help"]
+    kept = [a for a in actions if a not in set(avoid)]
+    return kept or actions
+
+
+def actions_block(env: str, admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -> str:
+    if not admissible:
+        return "What do you do next?"
+    actions = shown_actions(admissible, avoid)
+    if env == "alfworld":
+        # the places do not change during an episode: they are listed once at the start (cached),
+        # each turn names the other actions possible where the agent stands
+        local = [a for a in actions if not a.startswith("go to ")]
+        lines = [f"- {a}" for a in local[:MAX_ADMISSIBLE]]
+        if len(local) < len(actions):
+            lines.append("- go to PLACE (any place of the list at the start)")
+        return "Actions you can take now:\n" + "\n".join(lines)
+    return "Actions you can take now:\n" + "\n".join(f"- {a}" for a in actions[:MAX_ADMISSIBLE])
+
+
+def places_block(env: str, admissible: Sequence[str] | None) -> str:
+    if env != "alfworld" or not admissible:
         return ""
-    lines = [f"You have taken {steps_taken} step(s) so far. Your last {len(history)} step(s):"]
-    first = steps_taken - len(history) + 1
-    for n, (obs, act) in enumerate(history, first):
-        lines.append(f"Step {n}: you saw: {_clip(obs, 400)}\n        you did: {act}")
-    return "\n".join(lines) + "\n\n"
+    places = [a.removeprefix("go to ") for a in admissible if a.startswith("go to ")]
+    return f"\nPlaces you can go to: {', '.join(places)}." if places else ""
+
+
+def _shown_history(n: int, history_len: int) -> int:
+    """Index of the first of the ``n`` past steps shown in full. The window moves in chunks, so between
+    two moves the prompt only grows (and stays cached); it shows between ``history_len`` and
+    ``history_len + HISTORY_CHUNK - 1`` steps, at least one."""
+    keep = max(1, history_len)
+    if n <= keep:
+        return 0
+    return (n - keep) // HISTORY_CHUNK * HISTORY_CHUNK
 
 
 def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[RetrievedSkill],
-                   history: Sequence[tuple[str, str]], steps_taken: int,
-                   admissible: Sequence[str] | None) -> list[dict]:
-    """Chat messages for one ReAct decision."""
-    role = ENV_ROLES.get(env, ENV_ROLES["generic"])
-    user = f"Your task: {task.strip()}\n\n"
-    user += skills_block(skills)
-    user += history_block(history, steps_taken)
-    user += f"Now (step {steps_taken + 1}) you see:\n{_clip(observation, MAX_OBS_CHARS)}\n\n"
-    if admissible:
-        shown = list(admissible)[:MAX_ADMISSIBLE]
-        user += "Actions you can take now:\n" + "\n".join(f"- {a}" for a in shown) + "\n\n"
-        user += ("Think about which action brings you closer to the task, then answer in this form:\n"
-                 "<think>your reasoning</think>\n<action>one action copied from the list</action>")
+                   history: Sequence[tuple[str, ...]], admissible: Sequence[str] | None,
+                   history_len: int = 30, first_observation: str | None = None,
+                   first_admissible: Sequence[str] | None = None, avoid: Sequence[str] = (),
+                   action_format: str = "json") -> list[dict]:
+    """Chat messages for one ReAct decision.
+
+    ``history``: every past (observation, action[, thought]) of the episode, oldest first;
+    ``observation``: now.
+    ``first_observation``/``first_admissible``: the episode's opening observation and actions (default:
+    the first history entry's observation, or ``observation`` and ``admissible`` at the first step).
+    ``avoid``: actions not offered this turn (they just changed nothing).
+    """
+    first = first_observation if first_observation is not None else (history[0][0] if history else observation)
+    opening = (f"Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n{show_observation(env, first)}"
+               + places_block(env, first_admissible if first_admissible is not None else admissible))
+    messages = [{"role": "system", "content": system_prompt(env, action_format)}]
+    if not history:
+        messages.append({"role": "user", "content": f"{opening}\n\nStep 1. {actions_block(env, admissible, avoid)}"})
+        return messages
+    start = _shown_history(len(history), history_len)
+    if start > 0:
+        earlier = "; ".join(step[1] for step in history[:start])
+        opening += f"\n\n(Steps 1-{start} are not shown. Your actions in them: {_clip(earlier, 1200)})"
+        messages.append({"role": "user", "content": opening + f"\n\nStep {start + 1}. "
+                         + show_observation(env, history[start][0])})
     else:
-        user += ("Think about what to do next, then answer in this form:\n"
-                 "<think>your reasoning</think>\n<action>your action</action>")
-    return [{"role": "system", "content": SYSTEM.format(role=role)}, {"role": "user", "content": user}]
+        messages.append({"role": "user", "content": opening + "\n\nStep 1."})
+    for i in range(start, len(history)):
+        step = history[i]
+        messages.append({"role": "assistant",
+                         "content": assistant_turn(step[1], step[2] if len(step) > 2 else "", action_format)})
+        nxt = history[i + 1][0] if i + 1 < len(history) else observation
+        content = f"Step {i + 2}. {show_observation(env, nxt)}"
+        if i + 1 == len(history):
+            if _no_progress(history, observation):
+                content += f"\n{NO_PROGRESS}"
+            content += f"\n{actions_block(env, admissible, avoid)}"
+        messages.append({"role": "user", "content": content})
+    return messages
 
 
 def reasoning_messages(problem: str, skills: Sequence[RetrievedSkill]) -> list[dict]:
@@ -83,9 +290,23 @@ def reasoning_messages(problem: str, skills: Sequence[RetrievedSkill]) -> list[d
 
 JUDGE_SYSTEM = ("You review an agent's work. Decide from the record alone whether the task was accomplished. "
                 "Answer with a short reason, then a last line that is exactly VERDICT: SUCCESS or VERDICT: FAILURE.")
+JUDGE_SYSTEM_JSON = ("You review an agent's work. Decide from the record alone whether the task was accomplished. "
+                     'Answer with one JSON object: {"last_observation_shows_the_task_done": true or false, '
+                     '"reason": "one sentence", "verdict": "SUCCESS" or "FAILURE"}.')
+# the model first reads off the evidence (the end of the record), then decides: a 1.5B model asked
+# for a verdict straight away calls almost every failure a success (docs/llm-backends.md, "judge")
+JUDGE_SCHEMA = {"type": "object",
+                "properties": {"last_observation_shows_the_task_done": {"type": "boolean"},
+                               "reason": {"type": "string"}, "verdict": {"enum": ["SUCCESS", "FAILURE"]}},
+                "required": ["last_observation_shows_the_task_done", "reason", "verdict"]}
 
 
-def judge_messages(env: str, task: str, turns: Sequence[tuple[str, str]], final_answer: str) -> list[dict]:
+def judge_messages(env: str, task: str, turns: Sequence[tuple[str, str]], final_answer: str,
+                   ended_by_env: bool | None = None, max_turns: int | None = None,
+                   output_format: str = "text") -> list[dict]:
+    """``ended_by_env``: whether the environment closed the episode (ALFWorld does so only when the
+    task is complete) rather than the agent running out of turns — a fact the agent saw, not the
+    environment's hidden verdict. It is stated last, next to the question, where a small model reads it."""
     user = f"Task: {task.strip()}\n\n"
     if turns:
         user += "What the agent did:\n"
@@ -94,7 +315,18 @@ def judge_messages(env: str, task: str, turns: Sequence[tuple[str, str]], final_
         user += "\n"
     if final_answer:
         user += f"The agent's final answer: {_clip(final_answer, 2000)}\n\n"
+    if turns:
+        user += f"What the agent saw last: {_clip(turns[-1][0], 300)}\n"
+    if ended_by_env is True:
+        user += f"The environment ended the episode after step {len(turns)}.\n"
+    elif ended_by_env is False:
+        user += (f"The environment did not end the episode: the agent used all {max_turns or len(turns)} steps "
+                 "it was allowed.\n")
     if env == "alfworld":
-        user += "In this household game the task is done only if the environment's last message confirms it.\n"
+        user += ("In this household game the environment ends an episode early only when the task is complete; "
+                 "an episode that runs out of steps failed.\n")
+    if output_format == "json":
+        user += "Was the task accomplished?"
+        return [{"role": "system", "content": JUDGE_SYSTEM_JSON}, {"role": "user", "content": user}]
     user += "Was the task accomplished? End with VERDICT: SUCCESS or VERDICT: FAILURE."
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]

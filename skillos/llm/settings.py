@@ -19,13 +19,13 @@ ROLES: tuple[str, ...] = ("executor", "curator", "judge")
 # Defaults per role where they differ from the field defaults: the executor takes many short turns
 # (a 30-turn episode must stay within ~1-2 min on the embedded model), the judge must be deterministic.
 ROLE_DEFAULTS: dict[str, dict] = {
-    "executor": {"temperature": 0.3, "max_tokens": 192},
-    "curator": {"temperature": 0.7, "max_tokens": 768},
-    "judge": {"temperature": 0.0, "max_tokens": 160},
+    "executor": {"model": "qwen2.5-coder-1.5b-instruct", "temperature": 0.3, "max_tokens": 160},
+    "curator": {"model": "qwen2.5-coder-1.5b-instruct", "temperature": 0.7, "max_tokens": 768},
+    "judge": {"model": "qwen2.5-coder-1.5b-instruct", "temperature": 0.0, "max_tokens": 160},
 }
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
-DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
 
 
 class LLMSettings(BaseModel):

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skillos.protocol.skillrepo import OpOrigin
+
 OP_NAMES = ("new_skill_insert", "skill_update", "skill_delete")
 OpName = Literal["new_skill_insert", "skill_update", "skill_delete"]
 
@@ -74,6 +76,8 @@ class CurateRequest(BaseModel):
     seed: int | None = None
     logprobs: bool = False
     idempotency_key: str | None = Field(None, max_length=200)
+    origin: OpOrigin | None = Field(None, description="where the decision comes from (run, task), kept with the "
+                                                      "ops in the repo's op log together with the call's id")
 
 
 class OpVerdict(BaseModel):
@@ -117,6 +121,7 @@ class CurateResponse(BaseModel):
     usage: CurateUsage = Field(default_factory=CurateUsage)
     model: str = ""
     error: str | None = Field(None, description="set when the LLM backend failed; calls is then empty")
+    call_id: str = Field("", description="this decision's id, kept as origin.curator_call in the repo's op log")
 
 
 class ContentOp(BaseModel):

@@ -40,6 +40,7 @@ class TaskRef(BaseModel):
 class SplitsResponse(BaseModel):
     env: str
     splits: list[str]
+    data_dir: str | None = Field(None, description="the data directory this server reads (resolved path)")
 
 
 class TasksResponse(BaseModel):

@@ -77,7 +77,10 @@ class EpisodeRequest(BaseModel):
     skills: list[SkillText] | None = Field(None, max_length=50, description="inline skills instead of a repo")
     k: int = Field(5, ge=0, le=50, description="top-k skills (paper Table 4: 5)")
     max_turns: int = Field(30, ge=1, le=200, description="paper Table 4: 30 (reasoning: always 1)")
-    history_len: int = Field(3, ge=0, le=50, description="past steps shown in the prompt (paper Table 4: 3)")
+    history_len: int = Field(30, ge=0, le=200, description=(
+        "past steps shown in full in the prompt (older ones as a list of actions); the paper's Table 4 "
+        "uses 3, the default shows the whole episode, which the server's prompt cache makes cheap "
+        "(docs/llm-backends.md)"))
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = Field(None, description="LLM sampling seed (turn i uses seed + i) and env seed")
 
@@ -132,6 +135,7 @@ class HistoryStep(BaseModel):
 
     observation: str = Field("", max_length=MAX_TEXT)
     action: str = Field("", max_length=4096)
+    thought: str = Field("", max_length=4096, description="the agent's reasoning before the action (optional)")
 
 
 class ActRequest(BaseModel):
@@ -145,7 +149,7 @@ class ActRequest(BaseModel):
     repo: str | None = Field(None, min_length=1, max_length=128)
     skills: list[SkillText] | None = Field(None, max_length=50)
     k: int = Field(5, ge=0, le=50)
-    history_len: int = Field(3, ge=0, le=50)
+    history_len: int = Field(30, ge=0, le=500)
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = None
 
@@ -175,6 +179,10 @@ class JudgeRequest(BaseModel):
     task: str = Field(..., min_length=1, max_length=MAX_TEXT)
     turns: list[HistoryStep] = Field(default_factory=list, max_length=500)
     final_answer: str = Field("", max_length=MAX_TEXT)
+    ended_by_env: bool | None = Field(None, description=(
+        "the environment closed the episode (true) or the agent ran out of turns (false); what the agent "
+        "itself saw, shown to the judge. null: not said"))
+    max_turns: int | None = Field(None, ge=1, le=1000, description="the turn budget, when ended_by_env is false")
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = None
 

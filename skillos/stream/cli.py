@@ -19,6 +19,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
            llm_url: str = typer.Option(None, "--llm-url", help="use this OpenAI-compatible base URL (e.g. vLLM's "
                                        "http://host:8000/v1) instead of starting the embedded LLM"),
            port_offset: int = typer.Option(0, "--port-offset", help="add this to every default port"),
+           with_console: bool = typer.Option(True, "--console/--no-console",
+                                        help="also start the web console (runs from ./runs)"),
            timeout: float = typer.Option(600.0, "--timeout", help="seconds to wait for every service")) -> None:
         """Start the whole embedded stack (skill repo on SQLite, env servers, embedded LLM, executor,
         curator) as local processes; Ctrl-C stops it."""
@@ -35,7 +37,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             fail("a stack is already running (see .skillos/stack.json); stop it with `skillos down`")
         try:
             stack = Stack(tuple(e.strip() for e in envs.split(",") if e.strip()), llm_url=llm_url,
-                          port_offset=port_offset)
+                          port_offset=port_offset, console=with_console)
         except ValueError as e:
             fail(str(e))
         with console.status("starting the stack…"):
@@ -45,7 +47,10 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                 fail(str(e))
         for name, info in state.services.items():
             console.print(f"  {name:<10} {info.url}  (pid {info.pid}, log {info.log})")
-        console.print(f"  LLM        {state.llm_url}")
+        for role, llm in state.role_llms.items():
+            console.print(f"  {role:<10} LLM {llm['model']} at {llm['base_url']}")
+        if state.url("console"):
+            console.print(f"open the console: [bold]{state.url('console')}[/bold]")
         console.print(f"state file: {stack.state_path}")
         if detach:
             return
@@ -86,13 +91,16 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                                           help="with --method skillos, also play the No Memory baseline"),
             limit: int = typer.Option(None, "--limit", help="first N tasks of the split (default: all)"),
             task_type: str = typer.Option(None, "--task-type", help="only tasks of this type (e.g. clean)"),
+            per_type: int = typer.Option(None, "--per-type", min=1,
+                                         help="the first N tasks of each type (a balanced sample)"),
             seeds: int = typer.Option(3, "--seeds", min=1),
             order: str = typer.Option("grouped", "--order", help="grouped | shuffled"),
             concurrency: int = typer.Option(1, "--concurrency", min=1, help="episodes in flight at once"),
             out: Path = OutOption,
             k: int = typer.Option(5, "--k", min=0, help="skills retrieved per task"),
             max_turns: int = typer.Option(30, "--max-turns", min=1),
-            history_len: int = typer.Option(3, "--history-len", min=0),
+            history_len: int = typer.Option(30, "--history-len", min=0,
+                                             help="past steps shown in full (paper: 3; older ones as actions)"),
             oracle_judge: bool = typer.Option(False, "--oracle-judge",
                                               help="give the curator the env's verdict instead of the self-judge"),
             start: bool = typer.Option(True, "--start/--no-start",
@@ -103,6 +111,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             env_url: str = typer.Option(None, "--env-url")) -> None:
         """Play a task stream with a self-evolving agent and write a report (plots, summary, skills)."""
         import asyncio
+        import os
         import time
 
         from rich.console import Console
@@ -110,8 +119,9 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
 
         from skillos.cli.common import fail
         from skillos.settings import CommonSettings
+        from skillos.stream.attach import env_problems, free_port_offset, llm_problems
         from skillos.stream.runner import RunOptions, run_job
-        from skillos.stream.stack import ENVS, Stack, healthy, running_stack
+        from skillos.stream.stack import ENVS, Stack, healthy, running_stack, stack_dir
 
         console = Console(stderr=True)
         if env not in ENVS:
@@ -127,36 +137,58 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                 "env": env_url or getattr(settings, f"{env}_url")}
         stack = None
         state = running_stack()
-        if state and not any((skillrepo_url, executor_url, curator_url, env_url)) and state.url(env):
-            urls = {"skillrepo": state.url("skillrepo"), "executor": state.url("executor"),
-                    "curator": state.url("curator"), "env": state.url(env)}
-            console.print("using the running stack (.skillos/stack.json)")
+        explicit = any((skillrepo_url, executor_url, curator_url, env_url))
+        start_own = False
+        if state and not explicit and state.url(env):
+            found = env_problems(state.url(env), env, split, settings.api_token or None) + llm_problems(state)
+            if not found:
+                urls = {"skillrepo": state.url("skillrepo"), "executor": state.url("executor"),
+                        "curator": state.url("curator"), "env": state.url(env)}
+                console.print("using the running stack (.skillos/stack.json)")
+            else:
+                console.print("[yellow]the running stack (.skillos/stack.json) does not serve what was asked:[/yellow]")
+                for problem in found:
+                    console.print(f"  - {problem}")
+                console.print("starting a separate stack on free ports for this run")
+                start_own = True
         else:
             needed = ["executor", "env"] + (["skillrepo", "curator"] if method == "skillos" else [])
             down = [n for n in needed if not healthy(urls[n])]
             if down and not start:
                 fail(f"not reachable: {', '.join(f'{n} at {urls[n]}' for n in down)}; "
                      "start them (`skillos up`) or drop --no-start")
-            if down:
-                from skillos.llm import LLMSettings
-
-                # an LLM already serving at the configured URL (e.g. `skillos serve llm`) is reused
-                llm_base = LLMSettings.for_role("executor").base_url
-                llm_up = healthy(llm_base.rstrip("/").removesuffix("/v1"))
-                stack = Stack((env,), llm_url=llm_base if llm_up else None)
-                with console.status(f"no stack running: starting one ({', '.join(stack.names)})…"):
-                    try:
-                        state = stack.start(on_progress=lambda n: console.log(f"{n} is up"))
-                    except RuntimeError as e:
-                        fail(str(e))
-                urls = {"skillrepo": state.url("skillrepo"), "executor": state.url("executor"),
-                        "curator": state.url("curator"), "env": state.url(env)}
+            if not down:
+                found = env_problems(urls["env"], env, split, settings.api_token or None)
+                if found and explicit:
+                    fail("the services given do not serve what was asked:\n  - " + "\n  - ".join(found))
+                if found:
+                    console.print("[yellow]the services at the configured URLs do not serve what was asked:[/yellow]")
+                    for problem in found:
+                        console.print(f"  - {problem}")
+                    start_own = True
+            start_own = start_own or bool(down)
+        if start_own:
+            try:
+                offset = free_port_offset(["llm", "skillrepo", env, "executor", "curator"], start=0)
+                stack = Stack((env,), port_offset=offset,
+                              directory=stack_dir() / f"run-{os.getpid()}" if offset else None)
+            except (ValueError, RuntimeError) as e:
+                fail(str(e))
+            with console.status(f"starting a stack ({', '.join(stack.names)})…"):
+                try:
+                    state = stack.start(on_progress=lambda n: console.log(f"{n} is up"))
+                except RuntimeError as e:
+                    fail(str(e))
+            urls = {"skillrepo": state.url("skillrepo"), "executor": state.url("executor"),
+                    "curator": state.url("curator"), "env": state.url(env)}
+        console_url = (state.url("console") if state else None) or settings.console_url
         methods = [method] + (["none"] if method == "skillos" and baseline else [])
         opts = RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds,
-                          task_type=task_type,
+                          task_type=task_type, per_type=per_type,
                           order=order, concurrency=concurrency, k=k, max_turns=max_turns, history_len=history_len,
                           out=out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), self_judge=not oracle_judge,
-                          urls=urls, token=settings.api_token or None)
+                          urls=urls, token=settings.api_token or None,
+                          llms=state.role_llms if state and state.url("executor") == urls["executor"] else {})
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console)
         bar = {}
@@ -171,6 +203,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             progress.update(bar["id"], advance=1,
                             last=f"{m} #{r.position + 1} {r.task_type} {mark} {r.steps} steps{ops}{err}")
 
+        if out is None and healthy(console_url, timeout=0.5):
+            console.print(f"follow the run in the console: {console_url}/runs/{opts.out.name}")
         try:
             with progress:
                 folder, _ = asyncio.run(run_job(opts, on_task=done, on_start=started))

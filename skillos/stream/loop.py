@@ -25,6 +25,7 @@ from skillos.protocol.executor import (
     JudgeRequest,
     JudgeResponse,
 )
+from skillos.protocol.skillrepo import OpOrigin
 
 Method = Literal["none", "skillos"]
 
@@ -54,10 +55,11 @@ class StreamConfig:
     repo: str | None = None  # required for method "skillos"
     k: int = 5
     max_turns: int = 30
-    history_len: int = 3
+    history_len: int = 30
     seed: int | None = None
     curator_temperature: float | None = None
     self_judge: bool = True  # False: give the curator the environment's verdict instead (oracle ablation)
+    run_id: str | None = None  # kept with the curator's ops in the repo's op log (their origin)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class OpRecord:
     valid: bool
     applied: bool
     reason: str | None
+    version: int | None = None  # the skill's version the op wrote (applied ops)
 
 
 @dataclass
@@ -102,6 +105,8 @@ class TaskRecord:
     episode_s: float = 0.0
     curate_s: float = 0.0
     turns: list[dict[str, Any]] = field(default_factory=list)
+    repo: str | None = None
+    curator_call_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,7 +150,7 @@ def trajectory_of(episode: EpisodeResponse, spec: TaskSpec) -> Trajectory:
 
 
 async def _self_judge(executor: ExecutorLike, episode: EpisodeResponse, spec: TaskSpec, seed: int | None,
-                      record: TaskRecord) -> bool:
+                      record: TaskRecord, max_turns: int | None = None) -> bool:
     """The executor's own verdict. A failed judge is reported and treated as 'not successful'."""
     if episode.error:
         record.self_judged_success = False
@@ -153,7 +158,9 @@ async def _self_judge(executor: ExecutorLike, episode: EpisodeResponse, spec: Ta
     req = JudgeRequest(env=episode.env, task=episode.instruction or spec.instruction or spec.id,
                        turns=[HistoryStep(observation=t.observation[:20_000], action=t.action[:4096])
                               for t in episode.turns],
-                       final_answer=episode.final_answer, seed=seed)
+                       final_answer=episode.final_answer, seed=seed,
+                       ended_by_env=episode.stop_reason in ("won", "done"),
+                       max_turns=max_turns)
     if not req.turns and not req.final_answer:
         record.self_judged_success = False
         return False
@@ -171,7 +178,8 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
                    curator: CuratorLike | None, repo: RepoLike | None) -> TaskRecord:
     """One task of the stream: episode, self-judge and curation (method skillos)."""
     record = TaskRecord(position=position, task_id=spec.id, task_type=spec.type, instruction=spec.instruction,
-                        method=config.method, seed=config.seed)
+                        method=config.method, seed=config.seed,
+                        repo=config.repo if config.method == "skillos" else None)
     use_repo = config.method == "skillos"
     start = time.perf_counter()
     try:
@@ -201,7 +209,8 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
         record.curator_error = "skipped: the episode failed with an error"
         return record
 
-    judged = (await _self_judge(executor, episode, spec, config.seed, record)) if config.self_judge \
+    judged = (await _self_judge(executor, episode, spec, config.seed, record, config.max_turns)) \
+        if config.self_judge \
         else record.success
     start = time.perf_counter()
     try:
@@ -210,16 +219,19 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
             retrieved_skills=[RetrievedSkill(name=s.name, description=s.description, content=s.body,
                                              version=s.version) for s in episode.skills],
             repo=config.repo, apply=True, temperature=config.curator_temperature, seed=config.seed,
-            idempotency_key=f"{config.repo}:{position}:{spec.id}"))
+            idempotency_key=f"{config.repo}:{position}:{spec.id}",
+            origin=OpOrigin(source="run", run=config.run_id, seed=config.seed, position=position,
+                            task_id=spec.id[:500])))
     except Exception as e:  # noqa: BLE001 - the stream goes on with the repo unchanged
         record.curator_error = f"{type(e).__name__}: {e}"
     else:
         record.curator_error = response.error
         record.curator_completion = response.raw_completion
+        record.curator_call_id = getattr(response, "call_id", "") or ""
         record.validity_rate = response.validity_rate if response.calls or not response.error else 0.0
         record.ops = [OpRecord(name=c.name, skill_name=c.skill_name or (c.arguments or {}).get("skill_name"),
                                valid=c.valid,
-                               applied=c.applied, reason=c.reason) for c in response.calls]
+                               applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
     record.curate_s = time.perf_counter() - start
     if repo is not None and config.repo:
         try:

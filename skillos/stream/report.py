@@ -11,7 +11,9 @@ Metrics (per method, mean ± std over seeds):
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,13 +102,30 @@ def _fmt(ms: dict[str, float | None] | None, pct: bool = True) -> str:
     return f"{ms['mean'] * scale:.1f} ± {ms['std'] * scale:.1f}"
 
 
+def describe_model(info: dict[str, Any]) -> str:
+    """``qwen2.5-coder-1.5b-instruct`` (1.5B, 1.78 B parameters, Q4_K - Medium, 1.1 GB)"""
+    bits = []
+    if info.get("params_label"):
+        bits.append(str(info["params_label"]))
+    if info.get("params"):
+        bits.append(f"{info['params'] / 1e9:.2f} B parameters")
+    if info.get("quant"):
+        bits.append(str(info["quant"]))
+    if info.get("size_bytes"):
+        bits.append(f"{info['size_bytes'] / 1e9:.2f} GB")
+    name = info.get("served_as") or info.get("model", "?")
+    return f"`{name}`" + (f" ({', '.join(bits)})" if bits else " (size unknown)")
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
-    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", "",
-             (f"{cfg.get('tasks')} tasks × {cfg.get('seeds')} seed(s), order {cfg.get('order')}, "
-              f"max turns {cfg.get('max_turns')}, k = {cfg.get('k')}. "
-              f"Executor LLM: `{cfg.get('executor_model', '?')}`, "
-              f"curator LLM: `{cfg.get('curator_model', '?')}`."), ""]
+    models = cfg.get("models") or {}
+    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", ""]
+    if models:
+        lines += ["Models: " + "; ".join(f"{role} {describe_model(info)}" for role, info in models.items()) + ".",
+                  ""]
+    lines += [(f"{cfg.get('tasks')} tasks × {cfg.get('seeds')} seed(s), order {cfg.get('order')}, "
+               f"max turns {cfg.get('max_turns')}, k = {cfg.get('k')}."), ""]
     methods = summary["methods"]
     types = sorted({t for m in methods.values() for t in m["aggregate"]["sr_per_type"]})
     lines += ["## Success rate (%)", "",
@@ -213,6 +232,39 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
     return written
+
+
+class RunLog:
+    """The live part of a run's report folder, written while the run goes on (the console follows it):
+
+    * ``run.json``: ``{"status": "running" | "done" | "failed", "started_at", "finished_at", "config",
+      "total" (tasks to play, all streams), "repos", "error"}``, replaced atomically at start and end;
+    * ``tasks.jsonl``: one line per task as it ends, the task's record (``TaskRecord.to_dict()``), in
+      the order tasks end. A reader takes complete lines only (a line is written with one write call).
+    """
+
+    def __init__(self, out: Path, config: dict[str, Any], total: int, repos: list[str]):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.state: dict[str, Any] = {"status": "running", "started_at": time.time(), "finished_at": None,
+                                      "config": config, "total": total, "repos": repos, "error": None}
+        self.tasks_path = out / "tasks.jsonl"
+        self.tasks_path.write_text("")
+        self._write_state()
+
+    def _write_state(self) -> None:
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(self.state, indent=2, ensure_ascii=False, default=str))
+        os.replace(tmp, self.out / "run.json")
+
+    def task(self, record: TaskRecord) -> None:
+        line = json.dumps(record.to_dict(), ensure_ascii=False, default=str) + "\n"
+        with self.tasks_path.open("a", encoding="utf-8") as f:
+            f.write(line)
+
+    def finish(self, error: str | None = None) -> None:
+        self.state.update(status="failed" if error else "done", finished_at=time.time(), error=error)
+        self._write_state()
 
 
 def write_task_records(runs: list[StreamRun], out: Path) -> None:

@@ -16,6 +16,7 @@ from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.stream.loop import StreamConfig, TaskRecord, TaskSpec, run_stream
 from skillos.stream.report import (
+    RunLog,
     StreamRun,
     export_skills,
     summarize,
@@ -34,17 +35,19 @@ class RunOptions:
     methods: list[str]
     limit: int | None = None
     task_type: str | None = None  # only tasks of this type (ALFWorld: pick, clean, heat, cool, look, pick2)
+    per_type: int | None = None   # the first N tasks of each type (a balanced sample), before limit
     seeds: int = 1
     order: str = "grouped"
     concurrency: int = 1
     k: int = 5
     max_turns: int = 30
-    history_len: int = 3
+    history_len: int = 30
     out: Path = Path("runs")
     self_judge: bool = True
     curator_temperature: float | None = None
     urls: dict[str, str] = field(default_factory=dict)  # skillrepo, executor, curator, env
     token: str | None = None
+    llms: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> {"base_url", "model"}
 
 
 def order_tasks(tasks: list[TaskSpec], order: str, seed: int) -> list[TaskSpec]:
@@ -76,7 +79,7 @@ async def default_split(env_client: AsyncEnvClient, env: str) -> str:
 
 
 async def select_tasks(env_client: AsyncEnvClient, split: str, limit: int | None,
-                       task_type: str | None = None) -> list[TaskSpec]:
+                       task_type: str | None = None, per_type: int | None = None) -> list[TaskSpec]:
     infos = await env_client.tasks(split)
     if not infos:
         raise ValueError(f"split {split!r} has no tasks")
@@ -86,6 +89,14 @@ async def select_tasks(env_client: AsyncEnvClient, split: str, limit: int | None
         specs = [t for t in specs if t.type == task_type]
         if not specs:
             raise ValueError(f"split {split!r} has no tasks of type {task_type!r}; types: {', '.join(types)}")
+    if per_type:
+        seen: dict[str, int] = {}
+        kept = []
+        for t in specs:
+            seen[t.type] = seen.get(t.type, 0) + 1
+            if seen[t.type] <= per_type:
+                kept.append(t)
+        specs = kept
     return specs[:limit] if limit else specs
 
 
@@ -103,49 +114,87 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
             AsyncExecutorClient(opts.urls["executor"], token=opts.token) as executor:
         if not opts.split:
             opts.split = await default_split(env_client, opts.env)
-        tasks = await select_tasks(env_client, opts.split, opts.limit, opts.task_type)
+        tasks = await select_tasks(env_client, opts.split, opts.limit, opts.task_type, opts.per_type)
         semaphore = asyncio.Semaphore(max(1, opts.concurrency))
         plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
+        config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
+                  "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order, "k": opts.k,
+                  "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
+                  "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
+                  "models": await describe_models(opts.llms)}
+        live = RunLog(out, config, total=len(tasks) * len(plans),
+                      repos=[f"{run_id}-s{s}" for m, s in plans if m == "skillos"])
         if on_start:
             on_start(len(tasks) * len(plans))
+
+        def ended(method: str, record: TaskRecord) -> None:
+            live.task(record)
+            if on_task:
+                on_task(method, record)
 
         async def play(method: str, seed: int) -> StreamRun:
             repo = None
             if method == "skillos":
                 repo = f"{run_id}-s{seed}"
                 await repo_client.create_repo(repo)
-            config = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, max_turns=opts.max_turns,
+            stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, max_turns=opts.max_turns,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
-                                  curator_temperature=opts.curator_temperature)
-            records = await run_stream(order_tasks(tasks, opts.order, seed), config, executor=executor,
+                                  curator_temperature=opts.curator_temperature, run_id=run_id)
+            records = await run_stream(order_tasks(tasks, opts.order, seed), stream, executor=executor,
                                        curator=curator if method == "skillos" else None, repo=repo_client,
-                                       semaphore=semaphore,
-                                       on_task=(lambda r, m=method: on_task(m, r)) if on_task else None)
+                                       semaphore=semaphore, on_task=lambda r, m=method: ended(m, r))
             return StreamRun(method=method, seed=seed, repo=repo, records=records)
 
-        runs = list(await asyncio.gather(*(play(m, s) for m, s in plans)))
-
-        for run in runs:
-            if run.repo:
-                try:
-                    skills = await repo_client.list_skills(run.repo)
-                except SkillRepoError:
-                    skills = []
-                export_skills(skills, out / "repo" / f"seed{run.seed}")
-
-    config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks), "task_type": opts.task_type,
-              "seeds": opts.seeds, "order": opts.order, "k": opts.k, "max_turns": opts.max_turns,
-              "history_len": opts.history_len, "concurrency": opts.concurrency, "run_id": run_id,
-              "urls": opts.urls, "self_judge": opts.self_judge, **_models()}
-    summary = summarize(runs, config)
-    write_task_records(runs, out)
-    write_summary(summary, out)
-    write_plots(runs, out)
+        try:
+            runs = list(await asyncio.gather(*(play(m, s) for m, s in plans)))
+            for run in runs:
+                if run.repo:
+                    try:
+                        skills = await repo_client.list_skills(run.repo)
+                    except SkillRepoError:
+                        skills = []
+                    export_skills(skills, out / "repo" / f"seed{run.seed}")
+            summary = summarize(runs, config)
+            write_task_records(runs, out)
+            write_summary(summary, out)
+            write_plots(runs, out)
+        except BaseException as e:
+            live.finish(error=f"{type(e).__name__}: {e}"[:2000])
+            raise
+    live.finish()
     return out, summary
 
 
-def _models() -> dict[str, str]:
-    from skillos.llm import LLMSettings
+async def describe_models(llms: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]]:
+    """What each LLM role ran on, as its server reports it (``GET /v1/models``: llama.cpp gives the
+    parameter count, file size and quantization), else as the registry knows it, else the name alone:
+    so a report never passes a 135M model off as a bigger one."""
+    import httpx
 
-    return {"executor_model": LLMSettings.for_role("executor").model,
-            "curator_model": LLMSettings.for_role("curator").model}
+    from skillos.llm import LLMSettings
+    from skillos.models import MODELS
+
+    if not llms:
+        llms = {r: {"base_url": (s := LLMSettings.for_role(r)).base_url, "model": s.model}
+                for r in ("executor", "curator", "judge")}
+    out: dict[str, dict[str, Any]] = {}
+    async with httpx.AsyncClient(timeout=10) as client:
+        for role, llm in llms.items():
+            info: dict[str, Any] = {"model": llm["model"], "base_url": llm["base_url"]}
+            try:
+                data = (await client.get(llm["base_url"].rstrip("/") + "/models")).json()["data"]
+                served = next((m for m in data if m.get("id") == llm["model"]), data[0] if len(data) == 1 else None)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError):
+                served = None
+            if served:
+                meta = served.get("meta") or {}
+                info.update(served_as=served.get("id"), params=meta.get("n_params"), size_bytes=meta.get("size"),
+                            quant=meta.get("ftype"), context=meta.get("n_ctx"))
+            spec = MODELS.get(str(info.get("served_as") or llm["model"]))
+            if spec:
+                info.setdefault("title", spec.title)
+                info["params_label"] = spec.params
+                info["quant"] = info.get("quant") or spec.quant
+                info["size_bytes"] = info.get("size_bytes") or spec.size
+            out[role] = info
+    return out

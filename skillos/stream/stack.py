@@ -1,7 +1,10 @@
 """`skillos up` / `skillos down`: the whole embedded stack as local processes.
 
-Skill repo (SQLite), env servers, the embedded LLM, executor and curator, each a real
-`skillos serve <name>` process on loopback. The state file (default ``.skillos/stack.json`` in the
+Skill repo (SQLite), env servers, the embedded LLM server(s), executor and curator, each a real
+`skillos serve <name>` process on loopback. Each LLM role (executor, curator, judge) gets the model of
+its settings (`skillos.llm.LLMSettings.for_role`): one embedded server per distinct model ("llm" on
+8080 for the executor's, "llm-2" on 8081, …), unless the role's base URL is set in the environment
+(an external server: vLLM, a hosted API) or ``--llm-url`` names one server for every role. The state file (default ``.skillos/stack.json`` in the
 working directory; ``SKILLOS_STACK_DIR`` moves it) lists pids, URLs and log files so that
 `skillos down` and `skillos run` can find a running stack.
 """
@@ -29,6 +32,7 @@ SERVICES = {
     "reasoning": (8012, "SKILLOS_REASONING_URL"),
     "executor": (8002, "SKILLOS_EXECUTOR_URL"),
     "curator": (8003, "SKILLOS_CURATOR_URL"),
+    "console": (8004, "SKILLOS_CONSOLE_URL"),
 }
 
 
@@ -49,7 +53,8 @@ class StackState:
     services: dict[str, ProcInfo] = field(default_factory=dict)
     started_at: float = 0.0
     owner_pid: int = 0
-    llm_url: str = ""
+    llm_url: str = ""  # the executor's LLM base URL
+    role_llms: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> {"base_url", "model"}
 
     def url(self, name: str) -> str | None:
         info = self.services.get(name)
@@ -59,17 +64,18 @@ class StackState:
         """Environment variables that point every SkillOS client at this stack."""
         env = {}
         for name, info in self.services.items():
-            var = SERVICES[name][1]
+            var = SERVICES.get(name, (0, None))[1]
             if var:
                 env[var] = info.url
-        if self.llm_url:
-            env["SKILLOS_LLM_BASE_URL"] = self.llm_url
+        for role, llm in self.role_llms.items():
+            env[f"SKILLOS_{role.upper()}_LLM_BASE_URL"] = llm["base_url"]
+            env[f"SKILLOS_{role.upper()}_LLM_MODEL"] = llm["model"]
         return env
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"started_at": self.started_at, "owner_pid": self.owner_pid,
-                                    "llm_url": self.llm_url,
+                                    "llm_url": self.llm_url, "role_llms": self.role_llms,
                                     "services": {k: asdict(v) for k, v in self.services.items()}}, indent=2))
 
     @classmethod
@@ -80,7 +86,7 @@ class StackState:
             return None
         return cls(services={k: ProcInfo(**v) for k, v in data.get("services", {}).items()},
                    started_at=data.get("started_at", 0.0), owner_pid=data.get("owner_pid", 0),
-                   llm_url=data.get("llm_url", ""))
+                   llm_url=data.get("llm_url", ""), role_llms=data.get("role_llms", {}))
 
 
 def _alive(pid: int) -> bool:
@@ -110,23 +116,69 @@ def running_stack(path: Path | None = None) -> StackState | None:
     return None
 
 
+ROLES = ("executor", "curator", "judge")
+
+
+@dataclass
+class LLMPlan:
+    """Which LLM server each role uses: embedded servers to start (name -> model) and every role's URL."""
+
+    servers: dict[str, str] = field(default_factory=dict)      # "llm", "llm-2", … -> registry model
+    ports: dict[str, int] = field(default_factory=dict)
+    roles: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> {"base_url", "model"}
+
+
+def plan_llms(host: str, port_offset: int = 0, llm_url: str | None = None,
+              ports: dict[str, int] | None = None) -> LLMPlan:
+    """One embedded server per distinct model among the roles whose base URL is not set explicitly
+    (``SKILLOS_<ROLE>_LLM_BASE_URL`` or ``SKILLOS_LLM_BASE_URL``); ``llm_url`` serves every role."""
+    from skillos.llm import LLMSettings
+    from skillos.models import MODELS
+
+    plan = LLMPlan()
+    for role in ROLES:
+        settings = LLMSettings.for_role(role)
+        if llm_url:
+            plan.roles[role] = {"base_url": llm_url, "model": settings.model}
+            continue
+        if os.environ.get(f"SKILLOS_{role.upper()}_LLM_BASE_URL") or os.environ.get("SKILLOS_LLM_BASE_URL"):
+            plan.roles[role] = {"base_url": settings.base_url, "model": settings.model}
+            continue
+        if settings.model not in MODELS:
+            raise ValueError(f"the {role} role's model {settings.model!r} is not an embedded model "
+                             f"({', '.join(MODELS)}): set SKILLOS_{role.upper()}_LLM_BASE_URL to the server that "
+                             "serves it, or pick an embedded model")
+        name = next((n for n, m in plan.servers.items() if m == settings.model), None)
+        if name is None:
+            name = "llm" if not plan.servers else f"llm-{len(plan.servers) + 1}"
+            plan.servers[name] = settings.model
+            plan.ports[name] = (ports or {}).get(name, SERVICES["llm"][0] + len(plan.servers) - 1 + port_offset)
+        plan.roles[role] = {"base_url": f"http://{host}:{plan.ports[name]}/v1", "model": settings.model}
+    return plan
+
+
 class Stack:
     """Start, watch and stop the stack's processes."""
 
     def __init__(self, envs: tuple[str, ...] = ENVS, *, directory: Path | None = None,
                  ports: dict[str, int] | None = None, host: str = "127.0.0.1",
                  extra_env: dict[str, str] | None = None, llm_args: list[str] | None = None,
-                 llm_url: str | None = None, port_offset: int = 0):
-        """``llm_url``: an OpenAI-compatible base URL (".../v1") to use instead of starting the
-        embedded LLM; ``port_offset`` shifts every default port (several stacks on one machine)."""
+                 llm_url: str | None = None, port_offset: int = 0, console: bool = False):
+        """``llm_url``: an OpenAI-compatible base URL (".../v1") to use for every role instead of
+        starting embedded LLM servers; ``port_offset`` shifts every default port (several stacks on
+        one machine); ``console``: also the web console (run folders from SKILLOS_CONSOLE_RUNS_DIR, ./runs)."""
         unknown = set(envs) - set(ENVS)
         if unknown:
             raise ValueError(f"unknown env(s) {sorted(unknown)}; choose from {', '.join(ENVS)}")
         self.llm_url = llm_url
-        self.names = ([] if llm_url else ["llm"]) + ["skillrepo", *envs, "executor", "curator"]
-        self.dir = directory or stack_dir()
         self.host = host
-        self.ports = {n: (ports or {}).get(n, SERVICES[n][0] + port_offset) for n in self.names}
+        self.llms = plan_llms(host, port_offset, llm_url, ports)
+        self.names = [*self.llms.servers, "skillrepo", *envs, "executor", "curator"] + \
+            (["console"] if console else [])
+        self.dir = directory or stack_dir()
+        self.ports = {n: (ports or {}).get(n, SERVICES[n][0] + port_offset) for n in self.names
+                      if n not in self.llms.servers}
+        self.ports.update(self.llms.ports)
         self.extra_env = extra_env or {}
         self.llm_args = llm_args or []
         self.procs: dict[str, subprocess.Popen] = {}
@@ -139,10 +191,12 @@ class Stack:
     def _env(self) -> dict[str, str]:
         env = {**os.environ, "SKILLOS_LOG_FORMAT": "json"}
         for name in self.names:
-            var = SERVICES[name][1]
+            var = SERVICES.get(name, (0, None))[1]
             if var:
                 env[var] = f"http://{self.host}:{self.ports[name]}"
-        env["SKILLOS_LLM_BASE_URL"] = self.llm_url or f"http://{self.host}:{self.ports['llm']}/v1"
+        for role, llm in self.llms.roles.items():
+            env[f"SKILLOS_{role.upper()}_LLM_BASE_URL"] = llm["base_url"]
+            env[f"SKILLOS_{role.upper()}_LLM_MODEL"] = llm["model"]
         env.setdefault("SKILLOS_DATABASE_URL", f"sqlite:///{self.dir / 'skillrepo.db'}")
         env.update(self.extra_env)
         return env
@@ -158,10 +212,11 @@ class Stack:
         env = self._env()
         for name in self.names:
             log_path = logs / f"{name}.log"
-            cmd = [sys.executable, "-m", "skillos.cli", "serve", name, "--host", self.host,
+            kind = "llm" if name in self.llms.servers else name
+            cmd = [sys.executable, "-m", "skillos.cli", "serve", kind, "--host", self.host,
                    "--port", str(self.ports[name])]
-            if name == "llm":
-                cmd += self.llm_args
+            if kind == "llm":
+                cmd += ["--model", self.llms.servers[name], *self.llm_args]
             with open(log_path, "ab") as out:
                 # own session: Ctrl-C in the terminal reaches `skillos up`, which stops the children in order
                 self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -169,7 +224,8 @@ class Stack:
             self.state.services[name] = ProcInfo(name, self.procs[name].pid,
                                                  f"http://{self.host}:{self.ports[name]}", str(log_path))
         self.state.started_at = time.time()
-        self.state.llm_url = env["SKILLOS_LLM_BASE_URL"]
+        self.state.llm_url = self.llms.roles["executor"]["base_url"]
+        self.state.role_llms = self.llms.roles
         self.state.save(self.state_path)
         deadline = time.monotonic() + timeout
         waiting = set(self.names)

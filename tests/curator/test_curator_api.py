@@ -50,8 +50,9 @@ def _new_repo(skillrepo: str) -> str:
 
 def test_curate_applies_real_calls_to_the_repo(curator, skillrepo):
     repo = _new_repo(skillrepo)
+    origin = {"source": "run", "run": "run-x", "seed": 0, "position": 2, "task_id": "valid_seen/t-2"}
     body = {"trajectory": TRAJ, "self_judged_success": True, "retrieved_skills": [], "repo": repo,
-            "apply": True, "seed": 3, "temperature": 0.7}
+            "apply": True, "seed": 3, "temperature": 0.7, "origin": origin}
     r = httpx.post(f"{curator}/v1/curate", json=body, timeout=900)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -66,6 +67,11 @@ def test_curate_applies_real_calls_to_the_repo(curator, skillrepo):
     assert len(skills) == len({c["arguments"]["skill_name"] for c in applied_inserts})
     assert out["messages"][0]["role"] == "system" and "put a clean apple" in out["messages"][1]["content"]
     assert out["usage"]["completion_tokens"] > 0
+    # the batch sent to the repo carries the origin and this decision's id (the console's op timeline)
+    log = httpx.get(f"{skillrepo}/v1/repos/{repo}/ops").json()["entries"]
+    assert len(log) <= 1 and (log or not any(c["applied"] for c in out["calls"]))
+    if log:
+        assert out["call_id"] and log[0]["origin"] == {**origin, "curator_call": out["call_id"]}
 
 
 def test_curate_without_apply_leaves_repo_untouched(curator, skillrepo):

@@ -118,3 +118,45 @@ def test_tool_and_json_schemas_agree_on_names():
     items = schema["properties"]["calls"]["items"]["anyOf"]
     assert [i["properties"]["name"]["const"] for i in items] == names
     assert schema["properties"]["calls"]["minItems"] == 1
+
+
+def test_json_mode_skill_fields_become_the_skill_content():
+    from services.curator.parsing import parse_curator_output, validate_call
+    from skillos.skills import parse
+
+    text = ('{"calls": [{"name": "new_skill_insert", "arguments": {"skill_name": "heat-then-place", '
+            '"description": "Heat an object: then put it somewhere.", "steps": ["1. take OBJECT from PLACE", '
+            '"- go to microwave N", "heat OBJECT with microwave N", ""]}}, '
+            '{"name": "skill_update", "arguments": {"skill_name": "find-object", "description": "Find things.", '
+            '"steps": ["go to PLACE", "open PLACE", "take OBJECT from PLACE"]}}]}')
+    insert, update = parse_curator_output(text, None)
+    args, reason, _ = validate_call(insert)
+    assert reason is None and "steps" not in args and "description" not in args
+    doc = parse(args["content"])
+    assert doc.description == "Heat an object: then put it somewhere."
+    assert doc.body == "1. take OBJECT from PLACE\n2. go to microwave N\n3. heat OBJECT with microwave N"
+    args, reason, _ = validate_call(update)
+    assert reason is None and parse(args["new_content"]).body.startswith("1. go to PLACE\n2. open PLACE")
+
+
+def test_json_mode_schema_asks_for_three_to_six_steps():
+    from services.curator.prompts import curator_json_schema
+
+    items = curator_json_schema(1, 2)["properties"]["calls"]["items"]["anyOf"]
+    insert = items[0]["properties"]["arguments"]
+    assert insert["required"] == ["skill_name", "description", "steps"]
+    assert (insert["properties"]["steps"]["minItems"], insert["properties"]["steps"]["maxItems"]) == (3, 6)
+
+
+def test_json_mode_schema_offers_edits_only_of_the_skills_shown():
+    from services.curator.prompts import curator_json_schema
+
+    def ops(schema):
+        return {o["properties"]["name"]["const"]: o["properties"]["arguments"]["properties"]["skill_name"]
+                for o in schema["properties"]["calls"]["items"]["anyOf"]}
+
+    assert list(ops(curator_json_schema(1, 2, existing=[]))) == ["new_skill_insert"]
+    shown = ops(curator_json_schema(1, 2, existing=["find-object", "heat-then-place", "find-object"]))
+    assert shown["skill_update"] == shown["skill_delete"] == {"enum": ["find-object", "heat-then-place"]}
+    assert "pattern" in shown["new_skill_insert"]
+    assert all("pattern" in v for v in ops(curator_json_schema(1, 2)).values())   # not told: all names

@@ -191,3 +191,21 @@ def test_llm_timing_out_fails_the_episode(alfworld, tmp_path):
             executor_on(llm, tmp_path, alfworld, timeout_s=1, max_retries=0) as svc:
         ep = _failed_episode(svc, alfworld)
         assert "timeout" in ep["error"] and ep["timing"]["llm_s"] >= 1.0
+
+
+def test_a_client_that_disconnects_cancels_its_episode_llm_stand_in(reasoning, tmp_path):
+    """With one episode slot and an LLM that never answers (stand-in: broken_backend "hang"), a client
+    that gives up must free the slot: the next episode reaches the LLM at once instead of queueing
+    behind an episode nobody waits for."""
+    env = {"SKILLOS_EXECUTOR_MAX_CONCURRENT_EPISODES": "1"}
+    with broken_backend("hang", free_port()) as llm:
+        with run_service(["executor"], env={**env, "SKILLOS_EXECUTOR_LLM_BASE_URL": llm,
+                                            "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "600",
+                                            "SKILLOS_EXECUTOR_LLM_MAX_RETRIES": "0",
+                                            "SKILLOS_REASONING_URL": reasoning.url}, tmp_path=tmp_path) as svc:
+            body = {"env": "reasoning", "split": "demo_math", "index": 0}
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=3)
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=5)
+            assert _broken.chat_requests_seen(llm) == 2  # without the cancel: 1, the 2nd episode waits

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from broken_llm_backend import broken_backend, chat_requests_seen
-from conftest import free_port
+from conftest import free_port, run_service
 
 from skillos.llm import LLMClient, LLMError, LLMSettings
 from skillos.llm.client import LLM_TOKENS
@@ -27,6 +27,7 @@ async def _chat(settings: LLMSettings, messages=HELLO, **kw):
 
 # ---------------------------------------------------------------- settings
 def test_for_role_reads_role_then_shared_env_then_role_defaults(monkeypatch):
+    monkeypatch.delenv("SKILLOS_LLM_MODEL", raising=False)  # set for the suite by conftest
     monkeypatch.setenv("SKILLOS_LLM_BASE_URL", "http://shared:9/v1")
     monkeypatch.setenv("SKILLOS_LLM_MAX_RETRIES", "7")
     monkeypatch.setenv("SKILLOS_CURATOR_LLM_BASE_URL", "http://vllm:8000/v1")
@@ -37,8 +38,8 @@ def test_for_role_reads_role_then_shared_env_then_role_defaults(monkeypatch):
     assert (cur.base_url, cur.model, cur.temperature, cur.api_key) == ("http://vllm:8000/v1", "Qwen/Qwen3-8B", 1.0, "k")
     assert cur.max_retries == 7 and cur.role == "curator"
     ex = LLMSettings.for_role("executor")
-    assert ex.base_url == "http://shared:9/v1" and ex.model == "smollm2-135m-instruct"
-    assert ex.max_tokens == 192 and LLMSettings.for_role("judge").temperature == 0.0
+    assert ex.base_url == "http://shared:9/v1" and ex.model == "qwen2.5-coder-1.5b-instruct"
+    assert ex.max_tokens == 160 and LLMSettings.for_role("judge").temperature == 0.0
 
 
 def test_for_role_rejects_unknown_role_and_bad_values(monkeypatch):
@@ -53,7 +54,7 @@ def test_for_role_rejects_unknown_role_and_bad_values(monkeypatch):
 @pytest.mark.llm
 def test_chat_on_embedded_llm_counts_tokens(embedded_llm):
     before = LLM_TOKENS.labels("executor", "smollm2-135m-instruct", "completion")._value.get()
-    s = LLMSettings(base_url=embedded_llm, role="executor")
+    s = LLMSettings(base_url=embedded_llm, role="executor", model="smollm2-135m-instruct")
     r = run(_chat(s, max_tokens=24, temperature=0.0))
     assert r.content.strip()
     assert r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 24
@@ -79,13 +80,22 @@ SCHEMA = {"type": "object", "properties": {"verdict": {"type": "string", "enum":
           "required": ["verdict", "confidence"]}
 
 
+@pytest.fixture(scope="module")
+def llama_cpp_python_llm(tmp_path_factory):
+    """The other embedded backend, llama-cpp-python's server (the compose llm image's), SmolLM2."""
+    with run_service(["llm", "--model", "smollm2-135m-instruct", "--backend", "llama-cpp-python"],
+                     tmp_path=tmp_path_factory.mktemp("llm-cpp-python"), ready_timeout=180) as svc:
+        yield f"{svc.url}/v1"
+
+
 @pytest.mark.llm
+@pytest.mark.parametrize("backend", ["llama-server", "llama-cpp-python"])
 @pytest.mark.parametrize("response_format", [
     {"type": "json_object", "schema": SCHEMA},  # llama.cpp's own form
-    {"type": "json_schema", "json_schema": {"name": "verdict", "schema": SCHEMA}},  # OpenAI/vLLM form (shimmed)
+    {"type": "json_schema", "json_schema": {"name": "verdict", "schema": SCHEMA}},  # OpenAI/vLLM form
 ], ids=["json_object", "json_schema"])
-def test_structured_output_gives_valid_json(embedded_llm, response_format):
-    s = LLMSettings(base_url=embedded_llm)
+def test_structured_output_gives_valid_json(embedded_llm, llama_cpp_python_llm, backend, response_format):
+    s = LLMSettings(base_url=embedded_llm if backend == "llama-server" else llama_cpp_python_llm)
     r = run(_chat(s, [{"role": "user", "content": "Did the robot put the apple in the fridge? Answer in JSON."}],
                   max_tokens=48, temperature=0.0, response_format=response_format))
     data = json.loads(r.content)
@@ -93,20 +103,44 @@ def test_structured_output_gives_valid_json(embedded_llm, response_format):
 
 
 @pytest.mark.llm
-def test_logprobs_request_without_logits_all_answers_without_logprobs(embedded_llm):
-    # the embedded server keeps no logits by default; asking for log-probs must not fail the request
-    r = run(_chat(LLMSettings(base_url=embedded_llm), max_tokens=8, logprobs=True, top_logprobs=2))
+def test_logprobs_request_without_logits_all_answers_without_logprobs(llama_cpp_python_llm):
+    # llama-cpp-python keeps no logits by default; asking for log-probs must not fail the request
+    r = run(_chat(LLMSettings(base_url=llama_cpp_python_llm), max_tokens=8, logprobs=True, top_logprobs=2))
     assert r.content and r.logprobs is None
 
 
 @pytest.mark.llm
-def test_forced_tool_call_returns_openai_tool_calls(embedded_llm):
+def test_llama_server_returns_logprobs(embedded_llm):
+    r = run(_chat(LLMSettings(base_url=embedded_llm), max_tokens=8, logprobs=True, top_logprobs=2))
+    assert r.content and len(r.logprobs) == r.usage.completion_tokens
+    assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in r.logprobs)
+
+
+@pytest.mark.llm
+def test_llama_server_answers_like_every_skillos_service(embedded_llm):
+    import httpx
+
+    root = embedded_llm.removesuffix("/v1")
+    assert httpx.get(f"{root}/healthz").json()["service"] == "llm"
+    assert httpx.get(f"{root}/readyz").json()["status"] == "ready"
+    metrics = httpx.get(f"{root}/metrics").text
+    assert "skillos_http_requests_total" in metrics and "llamacpp:" in metrics  # ours, then llama.cpp's
+    served = httpx.get(f"{embedded_llm}/models").json()["data"][0]
+    assert served["id"] == "smollm2-135m-instruct" and served["meta"]["n_params"] > 100_000_000
+    bad = httpx.post(f"{embedded_llm}/chat/completions", json={"messages": "not a list"})
+    assert 400 <= bad.status_code < 500 and "error" in bad.json()
+
+
+@pytest.mark.llm
+def test_forced_tool_call_returns_openai_tool_calls(llama_cpp_python_llm):
+    # llama-cpp-python forces a named tool with a grammar; llama-server follows the model's chat
+    # template, and SmolLM2's has no tools (the curator's JSON mode is the embedded default)
     tool = {"type": "function", "function": {
         "name": "skill_delete", "description": "delete a skill from the repo",
         # maxLength: the grammar then ends the string in time; a 135M model may ramble past max_tokens
         "parameters": {"type": "object", "properties": {"skill_name": {"type": "string", "maxLength": 40}},
                        "required": ["skill_name"]}}}
-    s = LLMSettings(base_url=embedded_llm)
+    s = LLMSettings(base_url=llama_cpp_python_llm)
     r = run(_chat(s, [{"role": "user", "content": "Delete the skill called heat-food."}], tools=[tool],
                   tool_choice={"type": "function", "function": {"name": "skill_delete"}}, max_tokens=64))
     call = r.tool_calls[0]

@@ -78,3 +78,24 @@ def test_summary_metrics_and_plots(tmp_path):
     assert [f.name for f in files] == ["success_over_stream.png", "repo_size.png", "op_mix.png"]
     for f in files:
         assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000
+
+
+def test_run_log_appends_a_line_per_task_and_records_the_status(tmp_path):
+    from skillos.stream.report import RunLog
+
+    live = RunLog(tmp_path, {"run_id": "run-x", "env": "alfworld"}, total=3, repos=["run-x-s0"])
+    state = json.loads((tmp_path / "run.json").read_text())
+    assert state["status"] == "running" and state["total"] == 3 and state["repos"] == ["run-x-s0"]
+    assert (tmp_path / "tasks.jsonl").read_text() == ""
+    ins = OpRecord("new_skill_insert", "s1", True, True, None, version=1)
+    live.task(_record(0, True, "clean", ops=[ins], size=1))
+    live.task(_record(1, False, "heat", method="none"))
+    lines = (tmp_path / "tasks.jsonl").read_text().splitlines()
+    assert [json.loads(x)["position"] for x in lines] == [0, 1]
+    assert json.loads(lines[0])["ops"][0] == {"name": "new_skill_insert", "skill_name": "s1", "valid": True,
+                                              "applied": True, "reason": None, "version": 1}
+    live.finish()
+    state = json.loads((tmp_path / "run.json").read_text())
+    assert state["status"] == "done" and state["finished_at"] >= state["started_at"] and state["error"] is None
+    RunLog(tmp_path / "b", {}, total=1, repos=[]).finish(error="RuntimeError: boom")
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["status"] == "failed"

@@ -19,8 +19,10 @@ def _call(name, **args):
 
 def test_grammar_accepts_exactly_the_schema_in_json_dumps_layout():
     a = Automaton(schema_node(SCHEMA))
-    ok = [{"calls": [_call("new_skill_insert", skill_name="heat-then-place", content='1. Go\n2. say "hi" é')]},
-          {"calls": [_call("skill_delete", skill_name="a"), _call("skill_update", skill_name="b-2", new_content="x")]}]
+    steps = ["Go!", 'say "hi" é', "3rd\nline"]
+    ok = [{"calls": [_call("new_skill_insert", skill_name="heat-then-place", description="Heat it.", steps=steps)]},
+          {"calls": [_call("skill_delete", skill_name="a"),
+                     _call("skill_update", skill_name="b-2", description="Find things", steps=steps * 2)]}]
     for value in ok:
         assert a.matches(json.dumps(value, ensure_ascii=False).encode())
     bad = [{"calls": []},                                                       # minItems 1
@@ -28,7 +30,11 @@ def test_grammar_accepts_exactly_the_schema_in_json_dumps_layout():
            {"calls": [_call("skill_delete", skill_name="-a")]},                   # pattern
            {"calls": [_call("skill_delete", skill_name="a-b-c-d-e-f-g")]},        # {0,5}
            {"calls": [_call("skill_remove", skill_name="a")]},                    # const
-           {"calls": [_call("new_skill_insert", skill_name="a")]}]                # required content
+           {"calls": [_call("new_skill_insert", skill_name="a")]},                # required fields
+           {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["xyz"] * 2)]},  # 3+
+           {"calls": [_call("skill_update", skill_name="a", description="Heat it.", steps=["xyz"] * 7)]},  # <= 6
+           {"calls": [_call("new_skill_insert", skill_name="a", description="", steps=["xyz"] * 3)]},  # empty
+           {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["", "a", "b"])]}]
     for value in bad:
         assert not a.matches(json.dumps(value).encode()), value
     assert not a.matches(json.dumps(ok[0], indent=1).encode())                 # fixed layout
@@ -85,3 +91,15 @@ def test_policy_samples_valid_calls_and_recomputes_the_sampling_logprobs(tmp_pat
         assert torch.all(lp[0, :len(ids)][forced].abs() < 1e-5)            # forced: log q = 0
         assert mask[0, :len(ids)].bool().tolist() == (~forced).tolist()      # and not in the loss
         assert 0 < int((~forced).sum()) < len(ids)
+
+
+def test_grammar_of_a_request_that_showed_skills_allows_edits_of_those_only():
+    steps = ["go to PLACE", "open PLACE", "take OBJECT from PLACE"]
+    shown = Automaton(schema_node(curator_json_schema(1, 2, existing=["find-object"])))
+    assert shown.matches(json.dumps({"calls": [_call("skill_update", skill_name="find-object",
+                                                     description="Find things.", steps=steps)]}).encode())
+    assert not shown.matches(json.dumps({"calls": [_call("skill_delete", skill_name="other")]}).encode())
+    empty = Automaton(schema_node(curator_json_schema(1, 2, existing=[])))
+    assert not empty.matches(json.dumps({"calls": [_call("skill_delete", skill_name="find-object")]}).encode())
+    assert empty.matches(json.dumps({"calls": [_call("new_skill_insert", skill_name="find-object",
+                                                     description="Find things.", steps=steps)]}).encode())

@@ -128,6 +128,7 @@ class WebShopEnvironment(Environment):
     ):
         settings = WebShopSettings()
         data_dir = Path(data_dir) if data_dir is not None else settings.webshop_data
+        self.data_dir = data_dir
         self.files = CatalogFiles.in_dir(
             data_dir,
             products_file or settings.webshop_products_file or None,

@@ -1,0 +1,125 @@
+"""The executor's prompt is append-only across the turns of an episode, so a server's prompt cache
+reuses all but the newest turn; the history window moves in chunks; ALFWorld's go-to actions are
+not repeated every turn."""
+
+from __future__ import annotations
+
+import json
+
+from services.executor.prompts import (
+    HISTORY_CHUNK,
+    action_schema,
+    agent_messages,
+    judge_messages,
+    show_observation,
+    stale_actions,
+)
+from skillos.protocol.executor import RetrievedSkill
+
+SKILLS = [RetrievedSkill(name="heat-object", description="Heat something.", body="1. take it\n2. heat it")]
+ROOM = "You are in the middle of a room. You see a cabinet 1, a microwave 1 and a countertop 1."
+PLACES = ["go to cabinet 1", "go to microwave 1", "go to countertop 1"]
+
+
+def turn(history, obs, adm, history_len=30):
+    return agent_messages("alfworld", "heat an egg", obs, skills=SKILLS, history=history, admissible=adm,
+                          history_len=history_len, first_observation=ROOM)
+
+
+def render(messages) -> str:
+    return "".join(f"<{m['role']}>{m['content']}" for m in messages)
+
+
+def test_each_turn_extends_the_previous_prompt():
+    history: list[tuple[str, str]] = []
+    obs, prev = ROOM, None
+    for i in range(12):
+        adm = [*PLACES, "help", "look", f"take egg {i} from countertop 1"]
+        msgs = turn(history, obs, adm)
+        assert msgs[0]["role"] == "system" and [m["role"] for m in msgs[1:]] == (["user", "assistant"] * 40)[:len(msgs) - 2] + ["user"]
+        if prev is not None:
+            # everything before the previous turn's last message is kept as it was
+            assert render(msgs).startswith(render(prev[:-1]))
+            last = prev[-1]["content"].split("Actions you can take now")[0].rstrip()
+            assert msgs[len(prev) - 1]["content"].startswith(last)
+        prev = msgs
+        history.append((obs, f"go to cabinet {i}"))
+        obs = f"You arrive at cabinet {i}. Nothing here."
+
+
+def test_actions_listed_without_help_and_schema_allows_only_them():
+    msgs = turn([], ROOM, [*PLACES, "help", "inventory", "look"])
+    text = msgs[-1]["content"]
+    listed = text.split("Actions you can take now:")[1]
+    assert "- look" in listed and "- go to PLACE" in listed and "help" not in listed and "cabinet 1" not in listed
+    assert "Places you can go to: cabinet 1, microwave 1, countertop 1." in text
+    assert "heat-object" in text and "Your task: heat an egg" in text
+    schema = action_schema([*PLACES, "help", "look"])
+    assert schema["properties"]["action"] == {"enum": [*PLACES, "look"]} and schema["required"] == ["thought", "action"]
+    web = action_schema(["search[<your query>]", "click[buy now]"])["properties"]["action"]["anyOf"]
+    assert web[0] == {"enum": ["click[buy now]"]} and web[1]["pattern"].startswith("^search")
+    assert action_schema(None) is None
+
+
+def test_history_replays_thoughts_in_the_chosen_format():
+    msgs = turn([(ROOM, "go to cabinet 1", "the egg may be there")], "The cabinet 1 is closed.", PLACES)
+    assert json.loads(msgs[2]["content"]) == {"thought": "the egg may be there", "action": "go to cabinet 1"}
+    tags = agent_messages("alfworld", "t", "o", skills=[], history=[("a", "b", "c")], admissible=None,
+                          action_format="tags")
+    assert tags[2]["content"] == "<think>c</think>\n<action>b</action>"
+    assert '{"thought": "' in tags[0]["content"] or "<think>" in tags[0]["content"]
+
+
+def test_no_progress_is_pointed_out():
+    h = [(ROOM, "go to cabinet 1", ""), ("The cabinet 1 is closed.", "examine cabinet 1", ""),
+         ("The cabinet 1 is closed.", "examine cabinet 1", "")]
+    assert "changed nothing" in turn(h, "The cabinet 1 is closed.", PLACES)[-1]["content"]
+    assert "changed nothing" in turn(h[:1], "Nothing happens.", PLACES)[-1]["content"]
+    assert "changed nothing" not in turn(h[:2], "You open the cabinet 1.", PLACES)[-1]["content"]
+
+
+def test_history_window_moves_in_chunks_and_keeps_earlier_actions():
+    h = 3
+    history = [(f"obs {i}", f"act {i}") for i in range(20)]
+    shown = []
+    for n in range(1, 21):
+        msgs = turn(history[:n], f"obs {n}", PLACES, history_len=h)
+        full = sum(1 for m in msgs if m["role"] == "assistant")
+        assert h <= full <= h + HISTORY_CHUNK - 1 or full == n
+        if full < n:
+            assert f"Steps 1-{n - full} are not shown" in msgs[1]["content"]
+            assert "act 0" in msgs[1]["content"]
+        shown.append(n - full)
+    # the first hidden index changes only at chunk boundaries
+    assert set(shown) <= {0, *range(0, 21, HISTORY_CHUNK)}
+
+
+def test_history_len_zero_still_shows_the_last_step():
+    msgs = turn([("a", "b"), ("c", "d")], "e", PLACES, history_len=0)
+    assert sum(1 for m in msgs if m["role"] == "assistant") >= 1 and "Step 3. e" in msgs[-1]["content"]
+
+
+def test_webshop_observation_drops_the_repeated_instruction():
+    obs = "Instruction: [SEP] i want red shoes [SEP] Back to Search [SEP] Page 1 (Total results: 3)"
+    assert show_observation("webshop", obs) == "Back to Search [SEP] Page 1 (Total results: 3)"
+    assert show_observation("alfworld", obs) == obs
+
+
+def test_judge_is_told_how_the_episode_ended():
+    ended = judge_messages("alfworld", "put a mug in the cabinet", [("x", "y")], "", ended_by_env=True)
+    assert "environment ended the episode after step 1" in ended[1]["content"]
+    out = judge_messages("alfworld", "t", [("x", "y")], "", ended_by_env=False, max_turns=30)
+    assert "used all 30 steps" in out[1]["content"]
+    assert "ended" not in judge_messages("webshop", "t", [("x", "y")], "")[1]["content"].split("did: y")[1]
+
+
+def test_actions_taken_in_the_same_situation_are_not_offered_again():
+    h = [(ROOM, "go to cabinet 1"), ("The cabinet 1 is closed.", "examine cabinet 1"),
+         ("The cabinet 1 is closed.", "look"), ("You face the cabinet 1.", "examine cabinet 1")]
+    assert stale_actions(h, "The cabinet 1 is closed.") == ["examine cabinet 1", "look"]
+    assert stale_actions(h, "You open the cabinet 1.") == []
+    refused = [("At the fridge.", "cool apple 1 with fridge 1"), ("Nothing happens.", "look")]
+    assert stale_actions(refused, "Nothing happens.") == ["cool apple 1 with fridge 1", "look"]
+    schema = action_schema([*PLACES, "look", "examine cabinet 1"], avoid=["look", "examine cabinet 1"])
+    assert schema["properties"]["action"]["enum"] == PLACES
+    assert action_schema(["look"], avoid=["look"])["properties"]["action"]["enum"] == ["look"]  # never empty
