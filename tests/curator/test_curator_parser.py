@@ -146,6 +146,10 @@ def test_json_mode_schema_asks_for_three_to_six_steps():
     insert = items[0]["properties"]["arguments"]
     assert insert["required"] == ["skill_name", "description", "steps"]
     assert (insert["properties"]["steps"]["minItems"], insert["properties"]["steps"]["maxItems"]) == (3, 6)
+    # non-empty and bounded text: a model repeating itself inside a string is cut, the call still closes
+    step = insert["properties"]["steps"]["items"]
+    assert (step["minLength"], step["maxLength"]) == (3, 200)
+    assert insert["properties"]["description"]["maxLength"] == 200
 
 
 def test_json_mode_schema_offers_edits_only_of_the_skills_shown():

@@ -56,6 +56,7 @@ def test_actions_listed_without_help_and_schema_allows_only_them():
     assert "heat-object" in text and "Your task: heat an egg" in text
     schema = action_schema([*PLACES, "help", "look"])
     assert schema["properties"]["action"] == {"enum": [*PLACES, "look"]} and schema["required"] == ["thought", "action"]
+    assert schema["properties"]["thought"]["maxLength"] == 300      # a runaway thought still leaves an action
     web = action_schema(["search[<your query>]", "click[buy now]"])["properties"]["action"]["anyOf"]
     assert web[0] == {"enum": ["click[buy now]"]} and web[1]["pattern"].startswith("^search")
     assert action_schema(None) is None

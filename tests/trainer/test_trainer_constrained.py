@@ -34,7 +34,8 @@ def test_grammar_accepts_exactly_the_schema_in_json_dumps_layout():
            {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["xyz"] * 2)]},  # 3+
            {"calls": [_call("skill_update", skill_name="a", description="Heat it.", steps=["xyz"] * 7)]},  # <= 6
            {"calls": [_call("new_skill_insert", skill_name="a", description="", steps=["xyz"] * 3)]},  # empty
-           {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["", "a", "b"])]}]
+           {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["", "a", "b"])]},
+           {"calls": [_call("new_skill_insert", skill_name="a", description="Heat it.", steps=["x" * 201] * 3)]}]
     for value in bad:
         assert not a.matches(json.dumps(value).encode()), value
     assert not a.matches(json.dumps(ok[0], indent=1).encode())                 # fixed layout
