@@ -6,7 +6,7 @@ setup:
 	@bash scripts/setup.sh
 
 run: setup
-	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10
+	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10 --concurrency 2
 
 test: setup
 	.venv/bin/python -m pytest -q -ra $(PYTEST_ARGS)

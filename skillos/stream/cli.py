@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import typer
 
 METHODS = ("none", "skillos")
 OutOption = typer.Option(None, "--out", help="report folder (default: runs/<timestamp>)")
+
+
+def _raise_interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:
@@ -136,6 +141,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                 "curator": curator_url or settings.curator_url,
                 "env": env_url or getattr(settings, f"{env}_url")}
         stack = None
+        # kill, a CI timeout or a container stop sends SIGTERM: stop the stack this run started, as on Ctrl-C
+        signal.signal(signal.SIGTERM, _raise_interrupt)
         state = running_stack()
         explicit = any((skillrepo_url, executor_url, curator_url, env_url))
         start_own = False
