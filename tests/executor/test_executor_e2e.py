@@ -209,3 +209,35 @@ def test_a_client_that_disconnects_cancels_its_episode_llm_stand_in(reasoning, t
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=5)
             assert _broken.chat_requests_seen(llm) == 2  # without the cancel: 1, the 2nd episode waits
+
+
+@pytest.fixture(scope="module")
+def qwen_05b(tmp_path_factory):
+    """The smallest capable model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, fetched and verified by the set-up)."""
+    from skillos.models.store import ModelError, resolve
+
+    try:
+        resolve("qwen2.5-coder-0.5b-instruct")
+    except ModelError as e:
+        pytest.fail(f"{e} (scripts/setup.sh fetches it)")
+    with run_service(["llm", "--model", "qwen2.5-coder-0.5b-instruct", "--parallel", "1"],
+                     tmp_path=tmp_path_factory.mktemp("qwen"), ready_timeout=300) as svc:
+        yield f"{svc.url}/v1"
+
+
+def test_alfworld_episode_on_qwen_0_5b_plays_only_admissible_actions(qwen_05b, alfworld, tmp_path):
+    """A capable model through the real services: every turn a thought and an action the game accepts
+    (the JSON decision schema), the task's own words in the first thought's reach, nothing invalid."""
+    task = first_task(alfworld)
+    with executor_on(qwen_05b, tmp_path, alfworld, model="qwen2.5-coder-0.5b-instruct") as ex:
+        r = post(ex, "/v1/episodes", {"env": "alfworld", "task_id": task["id"], "max_turns": 3, "seed": 3})
+        metrics = httpx.get(f"{ex.url}/metrics", timeout=10).text
+    assert r.status_code == 200, r.text
+    ep = r.json()
+    assert ep["stop_reason"] in ("won", "max_turns"), ep["error"]
+    assert 1 <= ep["steps"] == len(ep["turns"]) <= 3
+    for t in ep["turns"]:
+        assert t["parse"] == "exact" and t["valid"], t          # the schema's enum: an admissible action
+        assert t["thought"].strip(), t                          # and it reasoned first
+    assert ep["invalid_actions"] == 0
+    assert 'model="qwen2.5-coder-0.5b-instruct",role="executor"' in metrics
