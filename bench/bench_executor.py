@@ -240,7 +240,7 @@ def bench_prefix(args) -> None:
     every prompt recomputed), and against llama-cpp-python's server, at each concurrency."""
     import tempfile
 
-    tmp = tempfile.mkdtemp(prefix="bench-prefix-")
+    tempfile.mkdtemp(prefix="bench-prefix-")
     configs = [("llama-server", False), ("llama-server", True)]
     if args.with_llama_cpp_python:
         configs.append(("llama-cpp-python", True))

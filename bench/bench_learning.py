@@ -59,9 +59,9 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
     if models:
         lines.append("Models: " + "; ".join(f"{role} `{m.get('served_as') or m.get('model')}`"
                                             for role, m in models.items()) + ".")
-    lines += [f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, max turns {cfg.get('max_turns', '?')}, "
+    lines += [(f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, max turns {cfg.get('max_turns', '?')}, "
               f"k = {cfg.get('k', '?')}, order {cfg.get('order', '?')}, self-judge "
-              f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`.", ""]
+              f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`."), ""]
     seeds = sorted(set(recs[method_a]) & set(recs[method_b]))
     header = "| seed | n | " + " | ".join(f"{name}: {method_a} vs {method_b}, Δ [95% CI]" for name, _, _ in measures)
     lines += [header + " | McNemar p (SR) | steps " + f"{method_a} / {method_b} |",
@@ -99,11 +99,11 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
         def f(key, pct=True):
             v = agg.get(key) or {}
             return "–" if v.get("mean") is None else f"{v['mean'] * (100 if pct else 1):.1f}"
-        lines += ["", f"{method_a}: usage rate {f('usage_rate')} %, success when used {f('success_when_used')} %, "
+        lines += ["", (f"{method_a}: usage rate {f('usage_rate')} %, success when used {f('success_when_used')} %, "
                       f"coverage {f('coverage')} %, skills used per task {f('skills_per_example', False)}, "
                       f"curator call validity r_fc {f('validity_rate')} %, self-judge agrees with the env "
                       f"{f('self_judge_agreement')} %, final repo size {f('final_repo_size', False)} skills; "
-                      f"op mix {agg.get('op_mix')}."]
+                      f"op mix {agg.get('op_mix')}.")]
     per_type = defaultdict(lambda: [[], []])
     for i, m in enumerate((method_a, method_b)):
         for seed in seeds:

@@ -1,8 +1,9 @@
 """The common shape of every SkillOS HTTP service.
 
 `create_app` gives a FastAPI app with ``/healthz`` (alive), ``/readyz`` (dependencies reachable),
-``/metrics`` (Prometheus text), request logging and metrics, and every error rendered in the one
-shape of `skillos.errors`. Parts add their routers and readiness checks; `serve` runs it.
+``/metrics`` (Prometheus text), request logging and metrics, every error rendered in the one
+shape of `skillos.errors`, and one guard at the door for bad input (`_Door`). Parts add their
+routers and readiness checks; `serve` runs it (uvicorn's own refusals in the same shape).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from skillos import __version__
 from skillos.errors import APIError, ErrorBody, ErrorResponse
 from skillos.logging import get_logger
+from skillos.textguard import MAX_JSON_DEPTH, bad_char, check_json_body
 
 ReadinessCheck = Callable[[], Awaitable[None]]  # raises when the dependency is not reachable
 
@@ -33,8 +35,12 @@ HTTP_LATENCY = Histogram(
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 411: "length_required",
-               412: "precondition_failed", 413: "payload_too_large", 415: "unsupported_media_type",
-               422: "invalid_request", 429: "too_many_requests"}
+               412: "precondition_failed", 413: "payload_too_large", 414: "uri_too_long",
+               415: "unsupported_media_type", 422: "invalid_request", 429: "too_many_requests",
+               431: "header_fields_too_large"}
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_JSON_DEPTH = MAX_JSON_DEPTH
 
 
 def _error(status: int, code: str, message: str, details: Any = None, headers=None) -> JSONResponse:
@@ -49,6 +55,137 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, list[dict]]:
         details.append({"field": loc, "problem": e.get("msg", "invalid")})
     summary = "; ".join(f"{d['field']}: {d['problem']}" for d in details[:5])
     return f"invalid request: {summary}", details
+
+
+class _Refused(APIError):
+    """Raised from the door's ``receive`` while a body streams in; the door answers with it."""
+
+
+def _content_kind(headers: dict[bytes, bytes]) -> str:
+    ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    # what FastAPI parses as JSON: no content type, application/json, application/*+json
+    if not ctype or ctype == b"application/json" or (ctype.startswith(b"application/") and ctype.endswith(b"+json")):
+        return "json"
+    if ctype.startswith(b"text/") or ctype == b"application/x-www-form-urlencoded":
+        return "text"
+    return "other"
+
+
+class _Door:
+    """One guard for bad input in front of every route, as plain ASGI middleware.
+
+    * the path, query string and headers: no NUL character (``%00``) and, in the path, no lone surrogate;
+    * the body: a declared ``Content-Length`` over ``max_request_bytes`` is refused before reading, and the
+      bytes are counted as they stream in (chunked bodies too): 413 at the limit, without reading on;
+    * JSON bodies (what FastAPI parses as JSON) are read whole (bounded by the limit) and refused when
+      nested deeper than ``max_json_depth`` or when a string holds a NUL or a lone surrogate; text bodies
+      (``text/*``, forms) are refused on a NUL byte as they stream.
+    Every refusal is a 4xx in the one error shape, so nothing of the kind reaches a database, a serializer
+    or a recursive parser of a route.
+    """
+
+    def __init__(self, app, max_request_bytes: int, max_json_depth: int):
+        self.app, self.limit, self.max_depth = app, max_request_bytes, max_json_depth
+
+    @staticmethod
+    async def _answer(scope, receive, send, status: int, code: str, message: str) -> None:
+        await _error(status, code, message)(scope, receive, send)
+
+    def _head_problem(self, scope) -> tuple[str, str] | None:
+        path = scope["path"]
+        if "\x00" in path or (not path.isascii() and bad_char(path)):
+            return "invalid_character", f"the path holds {bad_char(path)}"
+        qs = scope.get("query_string", b"")
+        if b"%00" in qs or b"\x00" in qs:
+            return "invalid_character", "the query string holds a NUL character (%00)"
+        for k, v in scope["headers"]:
+            if b"\x00" in v:
+                return "invalid_character", f"header {k.decode('latin-1')!r} holds a NUL character"
+        return None
+
+    def _too_large(self, size: int | None = None) -> _Refused:
+        said = f"request body is {size} bytes" if size is not None else f"request body is over {self.limit} bytes"
+        return _Refused(413, "payload_too_large", f"{said}; the limit is {self.limit} (SKILLOS_MAX_REQUEST_BYTES)")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if problem := self._head_problem(scope):
+            return await self._answer(scope, receive, send, 400, *problem)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            e = self._too_large(int(length))
+            return await self._answer(scope, receive, send, e.status, e.code, e.message)
+        if length in (None, b"0") and b"transfer-encoding" not in headers:
+            return await self.app(scope, receive, send)  # no body (a GET): nothing more to guard
+
+        kind = _content_kind(headers)
+        if kind == "json":
+            chunks, size = [], 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away before sending its body
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.limit:
+                    e = self._too_large()
+                    return await self._answer(scope, receive, send, e.status, e.code, e.message)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            # no content type: FastAPI may parse it as JSON, but an archive sent without one is not JSON
+            declared = headers.get(b"content-type", b"").strip() != b""
+            if problem := check_json_body(body, self.max_depth, declared=declared):
+                return await self._answer(scope, receive, send, 400,
+                                          "json_too_deep" if problem.code == "too_deep" else problem.code,
+                                          problem.message)
+            replayed = False
+
+            async def guarded_receive():
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()  # after the body: the disconnect, when it comes
+        else:
+            size = 0
+            text = kind == "text"
+
+            async def guarded_receive():
+                nonlocal size, refused
+                message = await receive()
+                if message["type"] == "http.request":
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.limit:
+                        refused = self._too_large()
+                        raise refused
+                    if text and b"\x00" in chunk:
+                        refused = _Refused(400, "invalid_character", "the text body holds a NUL byte")
+                        raise refused
+                return message
+
+        refused: _Refused | None = None
+        started = False
+
+        async def guarded_send(message):
+            nonlocal started
+            if refused is not None and not started:
+                return  # the app's answer to a body it could not read: the door answers instead
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        except Exception:
+            if refused is None or started:
+                raise
+        if refused is not None and not started:
+            await self._answer(scope, receive, send, refused.status, refused.code, refused.message)
 
 
 class _ObserveRequests:
@@ -96,8 +233,11 @@ def create_app(
     readiness: list[ReadinessCheck] | None = None,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
     extra_metrics: Callable[[], Awaitable[bytes]] | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
-    """``extra_metrics``: Prometheus text appended to ours (a backend's own metrics, e.g. llama.cpp's)."""
+    """``extra_metrics``: Prometheus text appended to ours (a backend's own metrics, e.g. llama.cpp's).
+    ``max_request_bytes``, ``max_json_depth``: the door's limits (`_Door`)."""
     app = FastAPI(title=title or f"SkillOS {service}", version=__version__, description=description,
                   lifespan=lifespan)
     log = get_logger(service)
@@ -123,6 +263,8 @@ def create_app(
         log.exception("unhandled_error", path=request.url.path)
         return _error(500, "internal_error", f"internal error: {type(exc).__name__}")
 
+    # the door inside the observer: its refusals are counted and logged like any answer
+    app.add_middleware(_Door, max_request_bytes=max_request_bytes, max_json_depth=max_json_depth)
     app.add_middleware(_ObserveRequests, service=service, log=log)
 
     @app.get("/healthz", tags=["ops"], summary="The process is alive")
@@ -171,8 +313,12 @@ async def unless_disconnected(request: Request, work: Awaitable[Any], poll_s: fl
 
 def serve(app: FastAPI | str, host: str, port: int, *, log_level: str = "info", factory: bool = False,
           workers: int = 1) -> None:
-    """Run with uvicorn. Our middleware logs requests, so uvicorn's access log is off."""
+    """Run with uvicorn. Our middleware logs requests, so uvicorn's access log is off; uvicorn's own refusals
+    (malformed requests, a URL or headers too long) answer in our error shape (`skillos.http_protocols`)."""
     import uvicorn
 
+    from skillos.http_protocols import MAX_HEAD_BYTES, JsonRefusalProtocol
+
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
-                factory=factory, workers=workers, timeout_graceful_shutdown=10)
+                factory=factory, workers=workers, timeout_graceful_shutdown=10,
+                http=JsonRefusalProtocol, h11_max_incomplete_event_size=MAX_HEAD_BYTES)

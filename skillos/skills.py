@@ -21,6 +21,11 @@ How a curator call becomes a skill (`skill_from_call`):
   * Without a ``description`` the first non-empty line of the body (Markdown heading marks removed)
     becomes the description, cut to 1024 chars.
   * Refused with a reason: empty content, malformed frontmatter or YAML, a body over the size limit.
+
+What a document may not hold (refused with a reason, whatever the route): frontmatter over
+`FRONTMATTER_MAX_BYTES` or nested deeper than `METADATA_MAX_DEPTH`, YAML anchors and aliases (``&a``,
+``*a``: a few hundred bytes of aliases expand to gigabytes), values that are not JSON (``!!binary``,
+``!!set``, ``!!timestamp``), and NUL characters or lone surrogates anywhere (storage refuses them).
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ from typing import Any
 
 import yaml
 
+from skillos.textguard import bad_char, check_value
+
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
+FRONTMATTER_MAX_BYTES = 16 * 1024  # name, description (<= 1024 chars) and the metadata, as YAML
+METADATA_MAX_DEPTH = 32            # levels of the frontmatter mapping (itself level 1)
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FRONTMATTER_RE = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
 
@@ -119,7 +128,14 @@ def _clean_body(body: str) -> str:
     return body.lstrip("\r\n").rstrip()
 
 
+def _check_text(text: str, what: str) -> str:
+    if bad := bad_char(text):
+        raise SkillFormatError("invalid_character", f"{what} holds {bad}: remove it")
+    return text
+
+
 def _check_body(body: str, max_body_bytes: int) -> str:
+    _check_text(body, "the body")
     size = len(body.encode("utf-8"))
     if size > max_body_bytes:
         raise SkillFormatError("body_too_large",
@@ -136,15 +152,61 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
         raise SkillFormatError("malformed_frontmatter",
                                "the document starts with '---' but the frontmatter is never closed: "
                                "end it with a line '---'")
-    try:
-        data = yaml.load(m.group(1), Loader=_Loader)
-    except yaml.YAMLError as e:
-        raise SkillFormatError("invalid_yaml", f"the frontmatter is not valid YAML: {e}".replace("\n", " ")) from e
+    data = _load_frontmatter(m.group(1))
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SkillFormatError("invalid_yaml", "the frontmatter must be a YAML mapping of keys to values")
-    return {str(k): v for k, v in data.items()}, text[m.end():]
+    front = {str(k): v for k, v in data.items()}
+    _check_metadata(front)
+    return front, text[m.end():]
+
+
+_OPEN_EVENTS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSE_EVENTS = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _load_frontmatter(text: str) -> Any:
+    """The frontmatter's YAML, refused before it is built when it is too big, too deep or uses aliases."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > FRONTMATTER_MAX_BYTES:
+        raise SkillFormatError("frontmatter_too_large", f"the frontmatter is {size} bytes; the limit is "
+                                                        f"{FRONTMATTER_MAX_BYTES}: move long text into the body")
+    _check_text(text, "the frontmatter")
+    try:
+        # every level of nesting takes an indicator ('-', '?', ':', '[', '{') and an alias a '*': without
+        # enough of them (the usual frontmatter) the YAML is loaded at once; otherwise its events are read
+        # first (libyaml's parser keeps its own stack, it does not recurse), so that an alias is refused
+        # before anything expands it and deep nesting before the recursive composer and constructor see it
+        if "*" in text or "&" in text or sum(map(text.count, "-?:[{")) > METADATA_MAX_DEPTH:
+            _scan_events(text)
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        raise SkillFormatError("invalid_yaml", f"the frontmatter is not valid YAML: {e}".replace("\n", " ")) from e
+
+
+def _scan_events(text: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise SkillFormatError("yaml_alias", "the frontmatter uses YAML anchors or aliases (&name, *name): "
+                                                 "write each value out instead")
+        if isinstance(event, _OPEN_EVENTS):
+            depth += 1
+            if depth > METADATA_MAX_DEPTH:
+                raise SkillFormatError("frontmatter_too_deep", f"the frontmatter is nested deeper than "
+                                                               f"{METADATA_MAX_DEPTH} levels")
+        elif isinstance(event, _CLOSE_EVENTS):
+            depth -= 1
+
+
+def _check_metadata(meta: dict[str, Any]) -> None:
+    """Metadata is stored as JSON and written back as YAML: JSON values only, bounded depth, clean text."""
+    problem = check_value(meta, max_depth=METADATA_MAX_DEPTH, json_only=True, what="the frontmatter")
+    if problem is not None:
+        code = {"too_deep": "frontmatter_too_deep", "invalid_character": "invalid_character"}.get(
+            problem.code, "invalid_metadata")
+        raise SkillFormatError(code, problem.message)
 
 
 def parse(text: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> SkillDoc:
@@ -161,9 +223,13 @@ def parse(text: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> SkillDo
     return SkillDoc(name, description, _check_body(_clean_body(body), max_body_bytes), front)
 
 
-def serialize(doc: SkillDoc) -> str:
+def _front_yaml(doc: SkillDoc) -> str:
     front = {"name": doc.name, "description": doc.description, **doc.metadata}
-    head = yaml.dump(front, Dumper=_SafeDumper, sort_keys=False, allow_unicode=True, width=1 << 30)
+    return yaml.dump(front, Dumper=_SafeDumper, sort_keys=False, allow_unicode=True, width=1 << 30)
+
+
+def serialize(doc: SkillDoc) -> str:
+    head = _front_yaml(doc)
     body = _clean_body(doc.body)
     return f"---\n{head}---\n" + (f"\n{body}\n" if body else "")
 
@@ -177,13 +243,19 @@ def from_fields(name: Any, description: Any, body: Any = "", metadata: dict[str,
         if reserved in meta:
             raise SkillFormatError("invalid_metadata", f"metadata must not contain {reserved!r}: "
                                                        "give it as its own field")
+    # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
+    _check_metadata({"name": "", "description": "", **meta})
     doc = SkillDoc(validate_name(name), validate_description(description),
                    _check_body(_clean_body(body), max_body_bytes), meta)
     # metadata must survive the YAML round trip unchanged (e.g. no Python objects)
     try:
-        serialize(doc)
+        head = _front_yaml(doc)
     except yaml.YAMLError as e:
         raise SkillFormatError("invalid_metadata", f"metadata cannot be written as YAML: {e}") from e
+    size = len(head.encode("utf-8"))
+    if size > FRONTMATTER_MAX_BYTES:
+        raise SkillFormatError("frontmatter_too_large", f"the frontmatter (name, description, metadata) is {size} "
+                                                        f"bytes as YAML; the limit is {FRONTMATTER_MAX_BYTES}")
     return doc
 
 

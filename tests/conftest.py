@@ -12,9 +12,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -36,6 +37,46 @@ def _unavailable(what: str, err: Exception):
     if IN_CI:
         pytest.fail(msg)
     pytest.skip(msg)
+
+
+def raw_request(url: str, head: bytes, chunks: Iterable[bytes] = ()) -> tuple[int, bytes]:
+    """Send bytes as they are (what httpx would refuse to send) and read one response: (status, body)."""
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname, u.port), timeout=20) as s:
+        s.sendall(head)
+        for chunk in chunks:
+            try:
+                s.sendall(chunk)
+            except OSError:  # the server answered and closed: read what it said
+                break
+        data = b""
+        while b"\r\n\r\n" not in data:
+            part = s.recv(65536)
+            assert part, data
+            data += part
+        head_bytes, body = data.split(b"\r\n\r\n", 1)
+        lines = head_bytes.split(b"\r\n")
+        headers = dict(line.split(b": ", 1) for line in lines[1:])
+        length = int(headers[b"content-length"])
+        while len(body) < length:
+            part = s.recv(65536)
+            assert part
+            body += part
+        return int(lines[0].split()[1]), body[:length]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: what a request cost it, however busy the machine is."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
 
 
 def free_port() -> int:

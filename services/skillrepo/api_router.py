@@ -99,8 +99,8 @@ async def _skill_doc(request: Request, svc: SkillRepoService, url_name: str | No
         if ctype in ("application/json", ""):
             try:
                 data = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise APIError(400, "invalid_json", f"the body is not valid JSON: {e}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise APIError(400, "invalid_json", f"the body is not valid JSON: {type(e).__name__}: {e}") from None
             if not isinstance(data, dict):
                 raise APIError(400, "invalid_json", "the body must be a JSON object {name, description, body}")
             if url_name is not None:
@@ -275,7 +275,20 @@ async def search(repo: str, svc: Svc, auth: Auth,
     return SearchResponse(hits=await run_in_threadpool(svc.search, repo, q, min(k, svc.settings.max_search_k)))
 
 
-@router.post("/repos/{repo}/ops", response_model=OpsResult,
+async def batch_limit(request: Request, svc: Svc) -> None:
+    """Refuses a batch over the op limit from the request's parsed JSON, before the body is validated
+    (FastAPI validates it after the dependencies): 100k ops would cost seconds and 100+ MB as models."""
+    try:
+        data = await request.json()  # parsed once, by FastAPI already (the request caches it)
+    except Exception:  # noqa: BLE001 - not JSON: FastAPI answers it
+        return
+    ops = data.get("ops") if isinstance(data, dict) else None
+    limit = svc.settings.max_ops_per_batch
+    if isinstance(ops, list) and len(ops) > limit:
+        raise APIError(413, "batch_too_large", f"{len(ops)} ops in one batch; the limit is {limit}: split the batch")
+
+
+@router.post("/repos/{repo}/ops", response_model=OpsResult, dependencies=[Depends(batch_limit)],
              summary="Apply curator function calls (atomic by default), one verdict per op")
 async def apply_ops(repo: str, body: OpsRequest, svc: Svc, auth: Auth) -> OpsResult:
     auth.require(repo, write=True)

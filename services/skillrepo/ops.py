@@ -22,6 +22,8 @@ from typing import Any
 from services.skillrepo.store import WriteTx
 from skillos.protocol.skillrepo import OP_NAMES, Op, OpVerdict
 from skillos.skills import SkillDoc, SkillFormatError, normalize_name, skill_from_call
+from skillos.textguard import MAX_JSON_DEPTH as _MAX_ARGS_DEPTH
+from skillos.textguard import check_value
 
 
 class Refused(Exception):
@@ -37,6 +39,11 @@ def _arguments(op: Op) -> dict[str, Any]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as e:
             raise Refused("invalid_arguments", f"arguments are not valid JSON: {e}") from None
+        except RecursionError:
+            raise Refused("invalid_arguments", f"arguments are nested deeper than {_MAX_ARGS_DEPTH} levels") from None
+        # a JSON string is decoded here, past the service door's checks of the request body: the same checks
+        if (problem := check_value(args, max_depth=_MAX_ARGS_DEPTH, what="arguments")) is not None:
+            raise Refused("invalid_arguments", problem.message)
     if not isinstance(args, dict):
         raise Refused("invalid_arguments", "arguments must be a JSON object of named arguments")
     return args

@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import lzma
 import tarfile
 import time
+import zlib
 
 from prometheus_client import Counter, Histogram
 from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from services.skillrepo.db import make_engine, migrate
 from services.skillrepo.indexes import Announcer, IndexManager
@@ -46,8 +49,32 @@ def parse_if_match(value: str | None) -> int | str | None:
     return int(v)
 
 
+# extended headers (GNU long names and link names, pax records): tarfile reads each one whole into memory
+_META_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                 tarfile.SOLARIS_XHDTYPE)
+MAX_ARCHIVE_HEADER_BYTES = 64 * 1024
+
+
+def _bounded_tarinfo(max_total: int) -> type[tarfile.TarInfo]:
+    """A TarInfo that refuses, from a member's header and before tarfile reads on: an extended header over
+    `MAX_ARCHIVE_HEADER_BYTES` (a 300 MB long name in a small .tar.gz would be read whole), and a member
+    ending past ``max_total`` uncompressed bytes (a decompression bomb would be inflated to skip it)."""
+
+    class BoundedTarInfo(tarfile.TarInfo):
+        def _proc_member(self, tar):
+            if self.type in _META_HEADERS and self.size > MAX_ARCHIVE_HEADER_BYTES:
+                raise APIError(413, "archive_header_too_large",
+                               f"the archive has an extended header (long name or pax record) of {self.size} bytes; "
+                               f"the limit is {MAX_ARCHIVE_HEADER_BYTES}")
+            if self.offset + tarfile.BLOCKSIZE + self.size > max_total:
+                raise APIError(413, "archive_too_large", f"the archive is over {max_total} bytes uncompressed")
+            return super()._proc_member(tar)
+
+    return BoundedTarInfo
+
+
 def format_error(e: SkillFormatError, where: str = "") -> APIError:
-    status = 413 if e.code == "body_too_large" else 400
+    status = 413 if e.code in ("body_too_large", "frontmatter_too_large") else 400
     return APIError(status, e.code, f"{where}{e.message}")
 
 
@@ -211,7 +238,10 @@ class SkillRepoService:
         if len(req.ops) > self.settings.max_ops_per_batch:
             raise APIError(413, "batch_too_large", f"{len(req.ops)} ops in one batch; the limit is "
                                                    f"{self.settings.max_ops_per_batch}: split the batch")
-        request_hash = hashlib.sha256(req.model_dump_json(include={"ops", "atomic"}).encode()).hexdigest()
+        try:
+            request_hash = hashlib.sha256(req.model_dump_json(include={"ops", "atomic"}).encode()).hexdigest()
+        except PydanticSerializationError as e:  # a lone surrogate: the HTTP door refuses it, in-process calls may not
+            raise APIError(400, "invalid_character", f"the batch cannot be serialized: {e}") from None
         with self.store.write(repo) as tx:
             if req.idempotency_key:
                 stored = tx.idempotent_answer(req.idempotency_key)
@@ -260,7 +290,9 @@ class SkillRepoService:
         limit = self.settings.max_body_bytes * 4
         docs: dict[str, SkillDoc] = {}
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            # streamed ("r|*": read once, front to back) with bounded headers and a bounded uncompressed size
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r|*",
+                              tarinfo=_bounded_tarinfo(self.settings.max_request_bytes * 32)) as tar:
                 for n, member in enumerate(tar):
                     if n > 20_000:
                         raise APIError(413, "archive_too_large", "the archive has more than 20000 entries")
@@ -281,9 +313,9 @@ class SkillRepoService:
                     if doc.name in docs:
                         raise APIError(400, "duplicate_skill", f"the archive holds skill {doc.name!r} twice")
                     docs[doc.name] = doc
-        except (tarfile.TarError, EOFError, OSError) as e:
+        except (tarfile.TarError, EOFError, OSError, RecursionError, zlib.error, lzma.LZMAError) as e:
             raise APIError(400, "invalid_archive", f"not a readable tar(.gz) archive of <name>/SKILL.md "
-                                                   f"folders: {e}") from None
+                                                   f"folders: {type(e).__name__}: {e}") from None
         return list(docs.values())
 
     def import_(self, repo: str, data: bytes, replace: bool = False) -> tuple[list[str], int]:

@@ -198,17 +198,17 @@ def test_a_client_that_disconnects_cancels_its_episode_llm_stand_in(reasoning, t
     that gives up must free the slot: the next episode reaches the LLM at once instead of queueing
     behind an episode nobody waits for."""
     env = {"SKILLOS_EXECUTOR_MAX_CONCURRENT_EPISODES": "1"}
-    with broken_backend("hang", free_port()) as llm:
-        with run_service(["executor"], env={**env, "SKILLOS_EXECUTOR_LLM_BASE_URL": llm,
-                                            "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "600",
-                                            "SKILLOS_EXECUTOR_LLM_MAX_RETRIES": "0",
-                                            "SKILLOS_REASONING_URL": reasoning.url}, tmp_path=tmp_path) as svc:
-            body = {"env": "reasoning", "split": "demo_math", "index": 0}
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=3)
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=5)
-            assert _broken.chat_requests_seen(llm) == 2  # without the cancel: 1, the 2nd episode waits
+    with broken_backend("hang", free_port()) as llm, \
+            run_service(["executor"], env={**env, "SKILLOS_EXECUTOR_LLM_BASE_URL": llm,
+                                           "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "600",
+                                           "SKILLOS_EXECUTOR_LLM_MAX_RETRIES": "0",
+                                           "SKILLOS_REASONING_URL": reasoning.url}, tmp_path=tmp_path) as svc:
+        body = {"env": "reasoning", "split": "demo_math", "index": 0}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=3)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{svc.url}/v1/episodes", json=body, timeout=5)
+        assert _broken.chat_requests_seen(llm) == 2  # without the cancel: 1, the 2nd episode waits
 
 
 @pytest.fixture(scope="module")

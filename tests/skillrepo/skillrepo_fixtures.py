@@ -32,7 +32,7 @@ def repo_service(backend_url, tmp_path_factory):
     """One service per backend for the module; tests use their own repo names."""
     with run_service(["skillrepo"], env={"SKILLOS_DATABASE_URL": backend_url, "SKILLOS_MAX_BODY_BYTES": "4096",
                                          "SKILLOS_MAX_OPS_PER_BATCH": "8"},
-                     tmp_path=tmp_path_factory.mktemp("svc")) as svc:
+                     tmp_path=tmp_path_factory.mktemp("svc"), ready_timeout=300) as svc:
         yield svc
 
 
