@@ -238,9 +238,6 @@ def bench_prefix(args) -> None:
     """Seconds per executor turn and episodes/min with a real model (default the 1.5B), the embedded
     server with its per-slot prompt cache against the same server with the cache off (the baseline:
     every prompt recomputed), and against llama-cpp-python's server, at each concurrency."""
-    import tempfile
-
-    tempfile.mkdtemp(prefix="bench-prefix-")
     configs = [("llama-server", False), ("llama-server", True)]
     if args.with_llama_cpp_python:
         configs.append(("llama-cpp-python", True))
