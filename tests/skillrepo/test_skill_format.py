@@ -17,11 +17,14 @@ from skillos.skills import (
 
 names = st.from_regex(r"[a-z0-9]{1,8}(-[a-z0-9]{1,8}){0,4}", fullmatch=True)
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=200)
-meta_values = st.one_of(st.integers(), st.booleans(), st.text(max_size=20), st.lists(st.text(max_size=5), max_size=3))
+# any text a skill may hold: everything but NUL, which the format refuses (test_nul_is_refused_anywhere)
+any_text = st.characters(blacklist_characters="\x00")
+meta_values = st.one_of(st.integers(), st.booleans(), st.text(any_text, max_size=20),
+                        st.lists(st.text(any_text, max_size=5), max_size=3))
 
 
 @settings(max_examples=150, deadline=None)
-@given(name=names, description=texts.filter(lambda s: s.strip()), body=st.text(max_size=500),
+@given(name=names, description=texts.filter(lambda s: s.strip()), body=st.text(any_text, max_size=500),
        metadata=st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True).filter(
            lambda k: k not in ("name", "description")), meta_values, max_size=3))
 def test_parse_serialize_round_trip(name, description, body, metadata):
@@ -30,6 +33,13 @@ def test_parse_serialize_round_trip(name, description, body, metadata):
     again = parse(text)
     assert again == doc
     assert serialize(again) == text
+
+
+def test_nul_is_refused_anywhere():
+    for args in (("a", "d", "x\x00y", {}), ("a", "d", "body", {"k": "x\x00"})):
+        with pytest.raises(SkillFormatError) as e:
+            from_fields(*args)
+        assert "NUL" in e.value.message
 
 
 def test_frontmatter_keys_kept_in_order_and_dates_stay_text():
