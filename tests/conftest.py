@@ -195,3 +195,27 @@ def embedded_llm(tmp_path_factory) -> Iterator[str]:
     with run_service(["llm", "--model", "smollm2-135m-instruct"], tmp_path=tmp_path_factory.mktemp("llm"),
                      ready_timeout=180) as svc:
         yield f"{svc.url}/v1"
+
+
+def free_port_offset(names: Iterable[str]) -> int:
+    """An offset that makes every default port of these services free (`skillos up --port-offset`)."""
+    import random
+
+    from skillos.stream.stack import SERVICES
+
+    for _ in range(50):
+        offset = random.randrange(20000, 50000)
+        try:
+            for n in names:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", SERVICES[n][0] + offset))
+            return offset
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+def skillos_cli(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """`skillos ARGS` as a user runs it, from the checkout, with its output captured."""
+    return subprocess.run([sys.executable, "-m", "skillos.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)

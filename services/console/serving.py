@@ -217,14 +217,18 @@ class ConsoleService:
 
     # --- skills ----------------------------------------------------------------------------------
 
-    async def skill_page(self, session: Session, repo: str, name: str, version: int | None) -> dict[str, Any]:
+    async def _versions(self, session: Session, repo: str, name: str):
+        """(client, the skill's versions, newest first) after checking both names."""
         _valid_repo(repo)
         _valid_skill(name)
         c = self.client(session)
         try:
-            versions = await c.skill_versions(repo, name)
+            return c, await c.skill_versions(repo, name)
         except SkillRepoError as e:
             raise repo_error(e, "Skill") from None
+
+    async def skill_page(self, session: Session, repo: str, name: str, version: int | None) -> dict[str, Any]:
+        c, versions = await self._versions(session, repo, name)
         head = versions[0]
         wanted = version if version is not None else next((v.version for v in versions if not v.deleted), None)
         if version is not None and all(v.version != version for v in versions):
@@ -241,13 +245,7 @@ class ConsoleService:
                 "deleted": head.deleted, "used_in": used_in}
 
     async def diff_page(self, session: Session, repo: str, name: str, a: int | None, b: int | None) -> dict[str, Any]:
-        _valid_repo(repo)
-        _valid_skill(name)
-        c = self.client(session)
-        try:
-            versions = await c.skill_versions(repo, name)
-        except SkillRepoError as e:
-            raise repo_error(e, "Skill") from None
+        c, versions = await self._versions(session, repo, name)
         numbers = {v.version for v in versions}
         b = b if b is not None else versions[0].version
         a = a if a is not None else b - 1

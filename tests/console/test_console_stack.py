@@ -5,47 +5,25 @@ the stack is pointed at an LLM URL that nothing serves (executor and curator sta
 from __future__ import annotations
 
 import os
-import random
-import socket
-import subprocess
-import sys
 
 import httpx
 import pytest
 from console_data import StreamPlan, apply_run_ops, write_stream_run
 
 from skillos.clients.skillrepo import SkillRepoClient
-from skillos.stream.stack import SERVICES, StackState, healthy
-from tests.conftest import ROOT
+from skillos.stream.stack import StackState, healthy
+from tests.conftest import free_port_offset, skillos_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 NAMES = ["skillrepo", "reasoning", "executor", "curator", "console"]
 
 
-def _free_offset() -> int:
-    for _ in range(50):
-        offset = random.randrange(20000, 50000)
-        try:
-            for n in NAMES:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", SERVICES[n][0] + offset))
-            return offset
-        except OSError:
-            continue
-    raise RuntimeError("no free port range")
-
-
-def _cli(args, env, timeout=300):
-    return subprocess.run([sys.executable, "-m", "skillos.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 def test_up_starts_the_console_and_prints_its_url(tmp_path):
-    offset = _free_offset()
+    offset = free_port_offset(NAMES)
     runs = tmp_path / "runs"
     env = {**os.environ, "SKILLOS_STACK_DIR": str(tmp_path / "stack"), "SKILLOS_CONSOLE_RUNS_DIR": str(runs)}
     env.pop("SKILLOS_AUTH_MODE", None)
-    up = _cli(["up", "--envs", "reasoning", "--detach", "--port-offset", str(offset),
+    up = skillos_cli(["up", "--envs", "reasoning", "--detach", "--port-offset", str(offset),
                "--llm-url", "http://127.0.0.1:9/v1"], env)
     assert up.returncode == 0, up.stderr[-3000:]
     state = StackState.load(tmp_path / "stack" / "stack.json")
@@ -65,6 +43,6 @@ def test_up_starts_the_console_and_prints_its_url(tmp_path):
             assert c.get(f"/repos/{plan.run_id}-s0").status_code == 200
             assert c.get("/readyz").json()["status"] == "ready"
     finally:
-        down = _cli(["down"], env, timeout=120)
+        down = skillos_cli(["down"], env, timeout=120)
     assert down.returncode == 0 and "console" in down.stdout
     assert not any(healthy(p.url, timeout=0.5) for p in state.services.values())
