@@ -142,7 +142,7 @@ def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -
         choices.append({"type": "string", "pattern": "^search\\[[^\\]]{1,200}\\]$"})
     action = choices[0] if len(choices) == 1 else {"anyOf": choices}
     # The thought is bounded: a 1.5B model that starts listing the room in its thought otherwise runs to
-    # max_tokens and the turn ends without an action (seen in 4 of 288 turns of the learning bench).
+    # max_tokens and the turn ends without an action (seen in 4 of 360 turns of the learning bench).
     return {"type": "object", "properties": {"thought": {"type": "string", "maxLength": MAX_THOUGHT},
                                              "action": action},
             "required": ["thought", "action"], "additionalProperties": False}
