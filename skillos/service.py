@@ -9,11 +9,14 @@ routers and readiness checks; `serve` runs it (uvicorn's own refusals in the sam
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -314,11 +317,55 @@ async def unless_disconnected(request: Request, work: Awaitable[Any], poll_s: fl
 def serve(app: FastAPI | str, host: str, port: int, *, log_level: str = "info", factory: bool = False,
           workers: int = 1) -> None:
     """Run with uvicorn. Our middleware logs requests, so uvicorn's access log is off; uvicorn's own refusals
-    (malformed requests, a URL or headers too long) answer in our error shape (`skillos.http_protocols`)."""
-    import uvicorn
+    (malformed requests, a URL or headers too long) answer in our error shape (`skillos.http_protocols`).
 
+    An app with ``app.state.drain`` (an async callable) drains on SIGTERM: the callable runs while the
+    server keeps serving, and the server shuts down when it returns (a second signal: at once)."""
     from skillos.http_protocols import MAX_HEAD_BYTES, JsonRefusalProtocol
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
-                factory=factory, workers=workers, timeout_graceful_shutdown=10,
-                http=JsonRefusalProtocol, h11_max_incomplete_event_size=MAX_HEAD_BYTES)
+    options: dict[str, Any] = {
+        "host": host, "port": port, "log_level": log_level.lower(), "access_log": False, "factory": factory,
+        "timeout_graceful_shutdown": 10, "http": JsonRefusalProtocol,
+        "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
+    drain = getattr(getattr(app, "state", None), "drain", None)
+    if drain is None or workers != 1:
+        uvicorn.run(app, workers=workers, **options)
+        return
+    _DrainingServer(uvicorn.Config(app, **options), drain).run()
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server that, on the first SIGTERM, keeps serving until ``drain()`` returns.
+
+    uvicorn closes its listening socket as soon as a signal arrives; an env replica being scaled down must
+    instead go on answering the steps of its open episodes (clients reach it by its advertised address)
+    while the load balancer stops sending it new sessions."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]):
+        super().__init__(config)
+        self._drain = drain
+        self._draining: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and self._draining is None and not self.should_exit and self._loop:
+            self._captured_signals.append(sig)  # re-raised after shutdown, as uvicorn does
+            self._loop.call_soon_threadsafe(self._start_draining)
+            return
+        super().handle_exit(sig, frame)
+
+    def _start_draining(self) -> None:
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        try:
+            await self._drain()
+        except Exception:  # noqa: BLE001 - a failed drain still ends in a shutdown
+            get_logger("service").exception("drain_failed")
+        finally:
+            self.should_exit = True

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from skillos.net import free_port  # the one definition; tests import it from here too
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -77,12 +79,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -160,7 +156,9 @@ def run_service(args: list[str], *, env: dict[str, str] | None = None, port: int
     """Start `skillos serve <args> --port P` and wait for /healthz; stop it afterwards."""
     port = port or free_port()
     log = (tmp_path or Path(os.environ.get("TMPDIR", "/tmp"))) / f"svc-{args[0]}-{port}.log"
-    full_env = {**os.environ, "SKILLOS_LOG_FORMAT": "json", **(env or {})}
+    # env servers drain open sessions on SIGTERM (up to 300 s by default); a test's teardown stops at once
+    # unless the test asks for draining itself
+    full_env = {"SKILLOS_ENV_DRAIN_TIMEOUT_S": "0", **os.environ, "SKILLOS_LOG_FORMAT": "json", **(env or {})}
     cmd = [sys.executable, "-m", "skillos.cli", "serve", *args, "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)

@@ -17,12 +17,11 @@ from skillos.protocol.envs import (
     SplitsResponse,
     StepRequest,
     StepResponse,
-    TaskInfo,
     TaskRef,
     TasksResponse,
 )
 
-_ERRORS = {c: {"model": ErrorResponse} for c in (404, 409, 410, 422, 429, 502)}
+_ERRORS = {c: {"model": ErrorResponse} for c in (404, 409, 410, 421, 422, 429, 502, 503)}
 
 
 def _task_ref(session: Session) -> TaskRef:
@@ -50,24 +49,25 @@ def build_router(manager: SessionManager) -> APIRouter:
                     type: str | None = Query(None, max_length=64)) -> TasksResponse:
         found = manager.tasks(split, type)
         return TasksResponse(env=env, split=split, count=len(found),
-                             tasks=[TaskInfo(id=t.id, type=t.type, instruction=t.instruction, split=t.split)
-                                    for t in found])
+                             tasks=found)
 
     @router.post("/sessions", status_code=201, summary="Start an episode of one task")
     async def create_session(body: CreateSessionRequest) -> SessionCreated:
         task = manager.resolve_task(body.task_id, body.split, body.index)
         session, first = await manager.create(task, body.expert, body.seed)
-        return SessionCreated(session_id=session.id, task=_task_ref(session), observation=first.observation,
+        return SessionCreated(session_id=session.id, session_url=manager.session_url(session),
+                              task=_task_ref(session), observation=first.observation,
                               admissible_actions=first.admissible_actions, info=first.info)
 
     @router.get("/sessions", summary="Ids of the open sessions")
     async def list_sessions() -> dict:
-        return {"count": len(manager.sessions), "session_ids": list(manager.sessions)}
+        return {"replica": manager.replica_id, "draining": manager.draining, "count": len(manager.sessions),
+                "session_ids": list(manager.sessions)}
 
     @router.get("/sessions/{session_id}", summary="Where an episode stands")
     async def session_state(session_id: str) -> SessionState:
         s = manager.get(session_id)
-        return SessionState(session_id=s.id, task=_task_ref(s), steps=s.steps, done=s.done, won=s.won,
+        return SessionState(session_id=s.id, session_url=manager.session_url(s), task=_task_ref(s), steps=s.steps, done=s.done, won=s.won,
                             total_reward=s.total_reward, idle_seconds=round(time.monotonic() - s.last_used, 3))
 
     @router.post("/sessions/{session_id}/step", summary="Take one action")

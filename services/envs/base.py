@@ -1,4 +1,5 @@
-"""The interface every environment implements; the HTTP server (`services.envs.server`) wraps it.
+"""The interface every environment implements; the HTTP server wraps it (`services.envs.app`:
+the routes of `api_router` over the sessions of `server.SessionManager`).
 
 An `Environment` knows its splits and tasks and opens `Game`s. A `Game` is one episode.
 Implementations must be safe to call from the server's threads: ALFWorld runs each game in a
@@ -11,13 +12,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from skillos.protocol.envs import TaskInfo  # the one definition: the wire model of GET /v1/tasks
 
-@dataclass(frozen=True)
-class TaskInfo:
-    id: str            # stable across restarts and machines (e.g. the ALFWorld game path, a WebShop goal index)
-    type: str          # ALFWorld: pick|look|clean|heat|cool|pick2; WebShop: product category; reasoning: source
-    instruction: str   # the task as the agent reads it
-    split: str
+__all__ = ["Environment", "Game", "GameFailed", "StepResult", "TaskInfo"]
 
 
 class GameFailed(RuntimeError):

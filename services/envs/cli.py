@@ -38,17 +38,19 @@ def build_environment(name: str, data_dir: Path | None, settings):
 
 
 def _serve(name: str, host: str, port: int, data_dir: Path | None) -> None:
-    from services.envs.server import build_app
+    from services.envs.app import build_app
     from services.envs.settings import EnvServerSettings
     from skillos.service import serve
 
     settings = EnvServerSettings()
     init_logging(settings)
+    settings.env_advertise_url = settings.env_advertise_url.replace("{port}", str(port))
     try:
         env = build_environment(name, data_dir, settings)
+        app = build_app(env, settings)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    serve(build_app(env, settings), host, port, log_level=settings.log_level)
+    serve(app, host, port, log_level=settings.log_level)
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:

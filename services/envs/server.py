@@ -3,21 +3,28 @@
 Game calls block (ALFWorld waits on its worker process, WebShop searches), so they run on a
 bounded thread pool; the event loop only does bookkeeping. Steps of one session are serialized
 by a per-session lock; different sessions step in parallel.
+
+A session lives in the memory of the replica that created it. Behind a load balancer with several
+replicas, each replica advertises its own address (`env_advertise_url`, returned as `session_url`)
+and clients send the session's later calls there; a session id starts with its replica's id, so a
+call that reaches another replica is answered 421 with what to do, never a confusing 404. On SIGTERM
+a replica drains: not ready, new sessions refused with 503, open episodes played to their end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
+import secrets
+import socket
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fastapi import FastAPI
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.envs.base import Environment, Game, GameFailed, StepResult, TaskInfo
@@ -51,10 +58,45 @@ class Session:
     total_reward: float = 0.0
 
 
+REPLICA_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _own_ip() -> str:
+    """The address of the interface this host reaches others by (a UDP connect sends no packet)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.254.254.254", 1))
+            return s.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+def advertised_url(template: str) -> str | None:
+    """`env_advertise_url` with `{hostname}` / `{ip}` filled in (`{port}` is the CLI's, which knows it);
+    None when no address is advertised."""
+    if not template.strip():
+        return None
+    url = template.strip().rstrip("/")
+    if "{hostname}" in url:
+        url = url.replace("{hostname}", socket.gethostname())
+    if "{ip}" in url:
+        url = url.replace("{ip}", _own_ip())
+    if not re.match(r"https?://[^/\s]+", url):
+        raise ValueError(f"SKILLOS_ENV_ADVERTISE_URL must be an http(s) URL such as http://{{ip}}:{{port}}, "
+                         f"got {template!r}")
+    return url
+
+
 class SessionManager:
     def __init__(self, env: Environment, settings: EnvServerSettings):
         self.env = env
         self.settings = settings
+        self.replica_id = settings.env_replica_id or secrets.token_hex(4)
+        if not REPLICA_ID.fullmatch(self.replica_id):
+            raise ValueError(f"SKILLOS_ENV_REPLICA_ID must be 1-64 letters, digits, '-' or '_', "
+                             f"got {self.replica_id!r}")
+        self.session_url_base = advertised_url(settings.env_advertise_url)
+        self.draining = False
         self.sessions: dict[str, Session] = {}
         self.failed: dict[str, tuple[str, float]] = {}  # session id -> (reason, when): answers 410
         self._pending = 0  # creations in flight count against the limit
@@ -66,6 +108,15 @@ class SessionManager:
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def drain(self) -> None:
+        """Refuse new sessions and wait (at most `env_drain_timeout_s`) until the open ones are closed."""
+        self.draining = True
+        deadline = time.monotonic() + self.settings.env_drain_timeout_s
+        log.info("draining", open_sessions=len(self.sessions), timeout_s=self.settings.env_drain_timeout_s)
+        while (self.sessions or self._pending) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        log.info("drained" if not self.sessions else "drain_timeout", open_sessions=len(self.sessions))
 
     async def stop(self) -> None:
         if self._sweeper:
@@ -108,7 +159,15 @@ class SessionManager:
                       default=1.0)
         return int(min(10, max(1, math.ceil(soonest))))
 
+    def session_url(self, session: Session) -> str | None:
+        return f"{self.session_url_base}/v1/sessions/{session.id}" if self.session_url_base else None
+
     async def create(self, task: TaskInfo, expert: bool, seed: int | None) -> tuple[Session, StepResult]:
+        if self.draining:
+            SESSION_EVENTS.labels(self.env.name, "rejected").inc()
+            raise APIError(503, "draining", "this replica is shutting down and takes no new sessions; retry "
+                                            "(a load balancer sends the retry to another replica)",
+                           headers={"Retry-After": "1"})
         if len(self.sessions) + self._pending >= self.settings.env_max_sessions:
             SESSION_EVENTS.labels(self.env.name, "rejected").inc()
             raise APIError(429, "too_many_sessions",
@@ -130,7 +189,8 @@ class SessionManager:
         finally:
             self._pending -= 1
         RESET_LATENCY.labels(self.env.name).observe(time.perf_counter() - started)
-        session = Session(id=uuid.uuid4().hex, task=task, game=game, last_used=time.monotonic())
+        session = Session(id=f"{self.replica_id}.{uuid.uuid4().hex}", task=task, game=game,
+                          last_used=time.monotonic())
         self.sessions[session.id] = session
         SESSIONS_OPEN.labels(self.env.name).set(len(self.sessions))
         SESSION_EVENTS.labels(self.env.name, "created").inc()
@@ -157,6 +217,13 @@ class SessionManager:
         if session_id in self.failed:
             reason, _ = self.failed[session_id]
             raise APIError(410, "session_failed", f"session {session_id} failed and was closed: {reason}")
+        owner, dot, _ = session_id.rpartition(".")
+        if dot and owner != self.replica_id:
+            raise APIError(421, "wrong_replica",
+                           f"session {session_id} lives on replica {owner!r}, and this is replica "
+                           f"{self.replica_id!r}: send a session's calls to the session_url returned when it "
+                           "was created (each replica needs SKILLOS_ENV_ADVERTISE_URL set to its own address)",
+                           details={"session_replica": owner, "this_replica": self.replica_id})
         raise APIError(404, "unknown_session", f"no open session {session_id!r} (closed, expired after "
                                                f"{self.settings.env_session_ttl_s:g}s idle, or never created)")
 
@@ -225,34 +292,3 @@ class SessionManager:
                 await self.sweep()
             except Exception:
                 log.exception("sweep_failed")
-
-
-def build_app(env: Environment, settings: EnvServerSettings | None = None) -> FastAPI:
-    """The HTTP server of one environment: `skillos.protocol.envs` over a `SessionManager`."""
-    from services.envs.api_router import build_router
-    from skillos.service import create_app
-
-    settings = settings or EnvServerSettings()
-    manager = SessionManager(env, settings)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        await manager.start()
-        try:
-            yield
-        finally:
-            await manager.stop()
-
-    async def environment_loaded() -> None:
-        if not env.splits():
-            raise RuntimeError(f"{env.name}: no splits found in its data directory")
-        # not ready while a background load holds the GIL: traffic routed now would see slow steps
-        if (pending := env.warming_up()) is not None:
-            raise RuntimeError(f"{env.name}: warming up ({pending})")
-
-    app = create_app(env.name, title=f"SkillOS {env.name} environment",
-                     description="One environment behind the SkillOS env protocol (skillos.protocol.envs).",
-                     readiness=[environment_loaded], lifespan=lifespan)
-    app.state.sessions = manager
-    app.include_router(build_router(manager))
-    return app

@@ -6,6 +6,17 @@ from skillos.settings import CommonSettings
 
 
 class EnvServerSettings(CommonSettings):
+    # Behind a load balancer with more than one replica (see services/envs/README.md, "Replicas"):
+    # the address clients reach this replica at, returned with every new session as `session_url`; the
+    # client sends the session's later calls there. `{hostname}`, `{ip}` and `{port}` are replaced by this
+    # host's name, its address and the port served (compose: http://{ip}:{port}; Kubernetes:
+    # http://$(POD_IP):8010). Empty: not advertised (one replica)
+    env_advertise_url: str = ""
+    # this replica's name, the prefix of its session ids; empty: random per process start
+    env_replica_id: str = ""
+    # on SIGTERM: refuse new sessions (503 draining) and let open ones finish for up to this many seconds
+    # before shutting down (Kubernetes: terminationGracePeriodSeconds must be longer)
+    env_drain_timeout_s: float = 300.0
     # idle sessions are closed after this many seconds without a request
     env_session_ttl_s: float = 600.0
     # open sessions per server; past it POST /v1/sessions answers 429 with Retry-After

@@ -78,7 +78,7 @@ def _close_tags(text: str) -> str:
 
 
 def _env_error_to_api(e: EnvError, what: str) -> APIError:
-    if e.status == 0 or e.status >= 500:
+    if e.status == 0 or e.status >= 500 or e.status == 421:  # 421: env replicas misconfigured, not the caller
         return APIError(502, "upstream_unavailable", f"{what}: {e.message}")
     if e.status == 429:
         return APIError(429, "too_many_requests", f"{what}: {e.message}",

@@ -1,5 +1,7 @@
 """HTTP clients of the environment servers (`skillos.protocol.envs`): `AsyncEnvClient` and its sync twin.
 
+Both are written once, in `_EnvCalls`; `EnvClient` runs the same calls blocking (`skillos.clients.base`).
+
     c = AsyncEnvClient("http://127.0.0.1:8010")
     s = await c.create_session(split="valid_seen", index=0)
     r = await c.step(s.session_id, "look")
@@ -7,6 +9,10 @@
 
 Errors from the server (4xx/5xx in the common error shape) and transport failures are raised as
 `EnvError(status, code, message)`; transport failures have status 0.
+
+Behind a load balancer with several replicas, a new session comes with its replica's own address
+(`session_url`); the client sends that session's later calls there, so they never reach a replica that
+does not hold it. A create refused with 503 ``draining`` (a replica shutting down) is retried.
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ from typing import Any
 
 import httpx
 
-from skillos.clients.base import AsyncHTTPClient, ServiceError, SyncHTTPClient, auth_headers, raise_for_error
+from skillos.clients.base import (
+    AsyncHTTPClient,
+    ServiceClient,
+    ServiceError,
+    SyncHTTPClient,
+    auth_headers,
+    raise_for_error,
+)
 from skillos.protocol.envs import (
     SessionCreated,
     SessionState,
@@ -30,13 +43,34 @@ class EnvError(ServiceError):
     retry_after: float | None = None  # seconds, on 429
 
 
-def _raise_for(resp: httpx.Response) -> None:
-    retry = resp.headers.get("Retry-After")
-    raise_for_error(resp, EnvError,
-                    retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+CREATE_RETRIES = 10  # 503 draining: each retry goes through the load balancer again
+MAX_ROUTES = 10_000  # session -> replica address entries kept (oldest dropped; sessions are short-lived)
 
 
-_headers = auth_headers
+class _SessionRoutes:
+    """Where each open session's calls go: its `session_url`, or this client's base URL."""
+
+    def __init__(self) -> None:
+        self._urls: dict[str, str] = {}
+
+    def remember(self, created: SessionCreated) -> None:
+        if created.session_url:
+            if len(self._urls) >= MAX_ROUTES:
+                self._urls.pop(next(iter(self._urls)))
+            self._urls[created.session_id] = created.session_url.rstrip("/")
+
+    def url(self, session_id: str, suffix: str = "") -> str:
+        return self._urls.get(session_id, f"/v1/sessions/{session_id}") + suffix
+
+    def forget(self, session_id: str) -> None:
+        self._urls.pop(session_id, None)
+
+
+def _retry_delay(e: EnvError, attempt: int) -> float | None:
+    """Seconds to wait before retrying a create, or None when it must not be retried."""
+    if e.status == 503 and e.code == "draining" and attempt < CREATE_RETRIES:
+        return min(e.retry_after or 1.0, 5.0)
+    return None
 
 
 def _session_body(task_id, split, index, expert, seed) -> dict[str, Any]:
@@ -52,20 +86,21 @@ def _session_body(task_id, split, index, expert, seed) -> dict[str, Any]:
     return body
 
 
-class AsyncEnvClient(AsyncHTTPClient):
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120.0,
-                 transport: httpx.AsyncBaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token), timeout=timeout,
-                                       transport=transport)
+class _EnvCalls(ServiceClient):
+    """An env server's calls, once; `EnvClient` and `AsyncEnvClient` add the I/O."""
 
-    async def _call(self, method: str, path: str, **kw) -> httpx.Response:
-        try:
-            resp = await self._http.request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise EnvError(0, "unreachable", f"{method} {self.base_url}{path}: {type(e).__name__}: {e}") from e
-        _raise_for(resp)
-        return resp
+    error = EnvError
+    unreachable = "{method} {where}: {kind}: {e}"
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120.0,
+                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None):
+        self._open(base_url, auth_headers(token), timeout, transport)
+        self._routes = _SessionRoutes()
+
+    def _raise_for(self, resp: httpx.Response) -> None:
+        retry = resp.headers.get("Retry-After")
+        raise_for_error(resp, EnvError,
+                        retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
 
     async def info(self) -> SplitsResponse:
         """The env's name, splits and data directory."""
@@ -81,57 +116,35 @@ class AsyncEnvClient(AsyncHTTPClient):
     async def create_session(self, task_id: str | None = None, split: str | None = None,
                              index: int | None = None, expert: bool = False,
                              seed: int | None = None) -> SessionCreated:
-        resp = await self._call("POST", "/v1/sessions", json=_session_body(task_id, split, index, expert, seed))
-        return SessionCreated.model_validate(resp.json())
+        body = _session_body(task_id, split, index, expert, seed)
+        for attempt in range(CREATE_RETRIES + 1):
+            try:
+                created = SessionCreated.model_validate((await self._call("POST", "/v1/sessions", json=body)).json())
+                break
+            except EnvError as e:
+                if (delay := _retry_delay(e, attempt)) is None:
+                    raise
+                await self._sleep(delay)
+        self._routes.remember(created)
+        return created
 
     async def step(self, session_id: str, action: str) -> StepResponse:
-        resp = await self._call("POST", f"/v1/sessions/{session_id}/step", json={"action": action})
+        resp = await self._call("POST", self._routes.url(session_id, "/step"), json={"action": action})
         return StepResponse.model_validate(resp.json())
 
     async def session(self, session_id: str) -> SessionState:
-        return SessionState.model_validate((await self._call("GET", f"/v1/sessions/{session_id}")).json())
+        return SessionState.model_validate((await self._call("GET", self._routes.url(session_id))).json())
 
     async def close_session(self, session_id: str) -> None:
-        await self._call("DELETE", f"/v1/sessions/{session_id}")
-
-
-
-class EnvClient(SyncHTTPClient):
-    """The synchronous twin of `AsyncEnvClient` (same methods, same errors)."""
-
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120.0,
-                 transport: httpx.BaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=_headers(token), timeout=timeout,
-                                  transport=transport)
-
-    def _call(self, method: str, path: str, **kw) -> httpx.Response:
         try:
-            resp = self._http.request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise EnvError(0, "unreachable", f"{method} {self.base_url}{path}: {type(e).__name__}: {e}") from e
-        _raise_for(resp)
-        return resp
+            await self._call("DELETE", self._routes.url(session_id))
+        finally:
+            self._routes.forget(session_id)
 
-    def splits(self) -> list[str]:
-        return SplitsResponse.model_validate(self._call("GET", "/v1/splits").json()).splits
 
-    def tasks(self, split: str | None = None, type: str | None = None) -> list[TaskInfo]:
-        params = {k: v for k, v in (("split", split), ("type", type)) if v is not None}
-        return TasksResponse.model_validate(self._call("GET", "/v1/tasks", params=params).json()).tasks
+class AsyncEnvClient(_EnvCalls, AsyncHTTPClient):
+    pass
 
-    def create_session(self, task_id: str | None = None, split: str | None = None, index: int | None = None,
-                       expert: bool = False, seed: int | None = None) -> SessionCreated:
-        resp = self._call("POST", "/v1/sessions", json=_session_body(task_id, split, index, expert, seed))
-        return SessionCreated.model_validate(resp.json())
 
-    def step(self, session_id: str, action: str) -> StepResponse:
-        return StepResponse.model_validate(
-            self._call("POST", f"/v1/sessions/{session_id}/step", json={"action": action}).json())
-
-    def session(self, session_id: str) -> SessionState:
-        return SessionState.model_validate(self._call("GET", f"/v1/sessions/{session_id}").json())
-
-    def close_session(self, session_id: str) -> None:
-        self._call("DELETE", f"/v1/sessions/{session_id}")
-
+class EnvClient(_EnvCalls, SyncHTTPClient):
+    """The synchronous twin of `AsyncEnvClient` (same methods, same errors)."""

@@ -9,7 +9,12 @@
 
 An action the environment does not accept is an observation with ``info["invalid"] = true``, not
 an HTTP error. Unknown session: 404; step after done: 409; past the session limit: 429 with
-Retry-After.
+Retry-After; a replica shutting down: 503 ``draining`` on create (retry).
+
+Replicas: a session lives on the replica that created it. When replicas advertise their address,
+``session_url`` is where the session's later calls go (step, state, close: ``{session_url}/step``,
+``GET``/``DELETE {session_url}``); a call for a session of another replica is answered 421
+``wrong_replica``.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MAX_ACTION_CHARS = 4096
 
 
+# One task of an env server: what GET /v1/tasks lists and what an `Environment` (services/envs/base.py)
+# opens games of; the one definition. Frozen: the env servers share one instance between threads and
+# sessions. (A comment, not a docstring: the OpenAPI document stays as it was.)
 class TaskInfo(BaseModel):
-    id: str
-    type: str
-    instruction: str
-    split: str | None = None
+    model_config = ConfigDict(frozen=True)
+
+    id: str            # stable across restarts and machines (e.g. the ALFWorld game path, a WebShop goal index)
+    type: str          # ALFWorld: pick|look|clean|heat|cool|pick2; WebShop: product category; reasoning: source
+    instruction: str   # the task as the agent reads it
+    split: str | None = None  # env servers always set it
 
 
 class TaskRef(BaseModel):
@@ -70,8 +80,13 @@ class CreateSessionRequest(BaseModel):
         return self
 
 
+SESSION_URL_DOC = ("the session's own address on the replica that holds it (null: use this server's URL); "
+                   "send its step, state and close calls there")
+
+
 class SessionCreated(BaseModel):
     session_id: str
+    session_url: str | None = Field(None, description=SESSION_URL_DOC)
     task: TaskRef
     observation: str
     admissible_actions: list[str] = []
@@ -95,6 +110,7 @@ class StepResponse(BaseModel):
 
 class SessionState(BaseModel):
     session_id: str
+    session_url: str | None = Field(None, description=SESSION_URL_DOC)
     task: TaskRef
     steps: int
     done: bool
