@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from services.curator.parsing import parse_curator_output
+from skillos.curation import parse_curator_output
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "curator" / "data"
 

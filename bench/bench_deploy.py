@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "deploy"))
 from deploy_tools import PORTS, load_compose, service_env
 
+from skillos.net import free_port
+
 PG_ADMIN = os.environ.get("SKILLOS_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("SKILLOS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -37,14 +39,6 @@ ORDER = ("llm", "skillrepo", "reasoning", "alfworld", "webshop", "executor", "cu
 BASELINE = ("from skillos.service import create_app, serve; import sys; "
             "serve(create_app('baseline'), '127.0.0.1', int(sys.argv[1]))")
 STARTUP_BUDGET_S = 5 * 60
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback_env(env: dict[str, str], ports: dict[str, int], db_url: str) -> dict[str, str]:

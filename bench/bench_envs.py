@@ -25,6 +25,7 @@ import httpx
 import psutil
 
 from skillos.clients.envs import EnvClient
+from skillos.net import free_port
 from skillos.settings import DEFAULT_SHARED_DATA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,14 +39,6 @@ WEBSHOP_ACTIONS = ("search[white cotton shirt]", "click[next >]", "click[< prev]
 def ms(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return 1000 * xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -29,17 +29,10 @@ from pathlib import Path
 
 import httpx
 
+from skillos.net import free_port
 from skillos.settings import DEFAULT_SHARED_DATA
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -40,7 +40,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,13 +53,17 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # the checkout, for skillos
 import compose_v1
 import pyindex
+
+from skillos.net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DEFAULT_SETUP = ROOT.parent / "shared" / "tools" / "docker-engine" / "setup.sh"
-CPU_TARGETS = ("skillrepo", "envs", "executor", "curator", "llm", "trainer")
+# must be among what the cpu and trainer profiles build; every image those profiles name is built
+CPU_TARGETS = ("skillrepo", "envs", "executor", "curator", "console", "llm", "trainer")
 PUBLISHED = {"skillrepo": 8001, "executor": 8002, "curator": 8003, "alfworld": 8010, "webshop": 8011,
              "reasoning": 8012, "llm": 8080}
 REPO = "compose-check"
@@ -195,17 +198,17 @@ def build_images(docker: str, services: dict, index_url: str, torch_url: str, lo
     images = {}
     for svc in services.values():
         target = (svc.get("build") or {}).get("target")
-        if target in CPU_TARGETS:
+        if target:
             images.setdefault(target, svc["image"])
     missing = set(CPU_TARGETS) - set(images)
     if missing:
         raise CheckFailed(f"the compose file builds no image for {sorted(missing)}")
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    for target in CPU_TARGETS:
-        log(f"building {images[target]} (target {target}; log {logfile})")
+    for target, image in images.items():
+        log(f"building {image} (target {target}; log {logfile})")
         sh([docker, "build", "--network", "host", "--progress", "plain",
             "--build-arg", f"PIP_INDEX_URL={index_url}", "--build-arg", f"TORCH_INDEX_URL={torch_url}",
-            "-f", "deploy/Dockerfile", "--target", target, "-t", images[target], "."],
+            "-f", "deploy/Dockerfile", "--target", target, "-t", image, "."],
            env=env, logfile=logfile, timeout=7200)
     return images
 
@@ -227,12 +230,6 @@ def export_llama_wheel(docker: str, index_dir: Path, index_url: str, torch_url: 
 
 
 # ------------------------------------------------------------------------------------------------- run
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def containers(docker: str, project: str) -> dict[str, dict]:
     ids = sh([docker, "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"]).stdout.split()
     if not ids:
@@ -455,10 +452,11 @@ def main() -> int:
     numbers["total_s"] = round(time.monotonic() - t_start, 1)
     numbers.update(engine=engine, compose=compose.label)
     (logdir / f"{stamp}-numbers.json").write_text(json.dumps(numbers, indent=1))
-    images_mb = "/".join(str(numbers["image_mb"][t]) for t in CPU_TARGETS)
+    built = list(numbers["image_mb"])
+    images_mb = "/".join(str(numbers["image_mb"][t]) for t in built)
     trainer = f" trainer-step={numbers['trainer_step_s']}s" if "trainer_step_s" in numbers else ""
     print(f"compose-check OK: engine {engine}, compose {compose.label}: build {numbers['build_s']}s, "
-          f"images {'/'.join(CPU_TARGETS)} {images_mb} MB, up->healthy {numbers['healthy_s']}s, skill ok, "
+          f"images {'/'.join(built)} {images_mb} MB, up->healthy {numbers['healthy_s']}s, skill ok, "
           f"episode {numbers['episode_s']}s, down/up->healthy {numbers['restart_healthy_s']}s{trainer}, "
           f"total {numbers['total_s']}s", flush=True)
     return 0

@@ -8,8 +8,12 @@ is read too). The same names are used in docker-compose, the Helm values and the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from skillos.curation.options import CurationOptions
 
 # ../shared/data beside the checkout: where development and CI keep the real data sets.
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +43,41 @@ class CommonSettings(BaseSettings):
     alfworld_data: Path = DEFAULT_SHARED_DATA / "alfworld"
     webshop_data: Path = DEFAULT_SHARED_DATA / "webshop"
     reasoning_data: Path | None = None  # None: the small demonstration set shipped with the package
+
+    def env_url(self, env: str) -> str:
+        """Where the env server of ``env`` (alfworld, webshop, reasoning) is: ``SKILLOS_<ENV>_URL``.
+        The one env-name -> URL mapping; an unknown env raises KeyError."""
+        return {"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url}[env]
+
+
+class CurationSettings(CommonSettings):
+    """How a curation decision asks its LLM (`skillos.curation.CurationOptions`), read from the
+    environment: the curator service's settings, and the trainer's for its in-process policy."""
+
+    # How the model is asked to write its calls:
+    #   json  - one JSON object under grammar-constrained decoding (llama.cpp, vLLM guided decoding);
+    #           the embedded default: SmolLM2-135M does not use a tools API reliably
+    #   tools - the backend's tools API (vLLM with --enable-auto-tool-choice --tool-call-parser hermes)
+    #   text  - no constraint; calls printed as <tool_call> tags or JSON, read by the fallback parser
+    curator_output_mode: Literal["json", "tools", "text"] = "json"
+    # response_format dialect for json mode: llama.cpp wants {"type": "json_object", "schema": ...},
+    # OpenAI and vLLM {"type": "json_schema", "json_schema": {...}}
+    curator_json_style: Literal["llama_cpp", "openai"] = "llama_cpp"
+    # json mode: the least number of calls the grammar allows. 1 for the embedded default, where the
+    # small model otherwise often answers {"calls": []}; 0 lets a capable model decide to do nothing.
+    curator_min_calls: int = 1
+    curator_max_calls: int = 2
+    curator_max_tokens: int = 400
+    curator_temperature: float | None = None  # None: the curator LLM role's configured temperature
+    curator_ask_token_ids: bool = False  # send vLLM's return_token_ids (prompt/completion ids for GRPO)
+
+    def curation_options(self) -> CurationOptions:
+        from skillos.curation.options import CurationOptions
+
+        return CurationOptions(output_mode=self.curator_output_mode, json_style=self.curator_json_style,
+                               min_calls=self.curator_min_calls, max_calls=self.curator_max_calls,
+                               max_tokens=self.curator_max_tokens, temperature=self.curator_temperature,
+                               ask_token_ids=self.curator_ask_token_ids)
 
 
 def all_settings_classes() -> list[type[BaseSettings]]:

@@ -1,15 +1,2 @@
-"""The skill curator. Its core is plain functions, shared with the trainer's in-process policy:
-
-    from services.curator import build_curator_messages, CURATOR_TOOLS, parse_curator_output, validate_call
-"""
-
-from services.curator.parsing import parse_curator_output, validate_call
-from services.curator.prompts import (
-           CURATOR_JSON_SCHEMA,
-           CURATOR_TOOLS,
-           build_curator_messages,
-           curator_json_schema,
-)
-
-__all__ = ["CURATOR_JSON_SCHEMA", "CURATOR_TOOLS", "build_curator_messages", "curator_json_schema",
-           "parse_curator_output", "validate_call"]
+"""The skill curator service: HTTP around `skillos.curation` (the ops, prompt, parser, validation and
+one decision, shared with the trainer) plus the content judge (`judge.py`)."""

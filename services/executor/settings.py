@@ -20,6 +20,3 @@ class ExecutorSettings(CommonSettings):
     # how a decision is asked for: "json" = a JSON schema (thought + one admissible action) the backend
     # decodes under (llama.cpp, vLLM and OpenAI-style APIs support it); "tags" = <think>/<action> text
     executor_action_format: Literal["json", "tags"] = "json"
-
-    def env_url(self, env: str) -> str:
-        return {"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url}[env]

@@ -10,7 +10,6 @@ from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from services.skillrepo.serving import SkillRepoService, format_error, parse_if_match
-from services.skillrepo.store import RepoRow, StoredSkill
 from skillos.auth import Grant
 from skillos.errors import APIError, ErrorResponse
 from skillos.protocol.skillrepo import (
@@ -18,7 +17,6 @@ from skillos.protocol.skillrepo import (
     ImportResult,
     IndexStatus,
     OpLog,
-    OpLogEntry,
     OpsRequest,
     OpsResult,
     Repo,
@@ -62,16 +60,6 @@ async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = 
 
 Svc = Annotated[SkillRepoService, Depends(service)]
 Auth = Annotated[Grant, Depends(grant)]
-
-
-def repo_out(r: RepoRow) -> Repo:
-    return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
-                updated_at=r.updated_at)
-
-
-def skill_out(s: StoredSkill) -> Skill:
-    return Skill(name=s.name, description=s.description, body=s.body, metadata=s.metadata, version=s.version,
-                 content=s.content, updated_at=s.updated_at, cause=s.cause)
 
 
 async def _body(request: Request, svc: SkillRepoService) -> bytes:
@@ -130,18 +118,18 @@ async def whoami(request: Request, auth: Auth) -> TokenInfo:
 @router.post("/repos", status_code=201, response_model=Repo, summary="Create a repo")
 async def create_repo(body: RepoCreate, svc: Svc, auth: Auth) -> Repo:
     auth.require(body.name, write=True)
-    return repo_out(await run_in_threadpool(svc.create_repo, body.name))
+    return await run_in_threadpool(svc.create_repo, body.name)
 
 
 @router.get("/repos", response_model=RepoList, summary="List repos (those the token reaches)")
 async def list_repos(svc: Svc, auth: Auth) -> RepoList:
-    return RepoList(repos=[repo_out(r) for r in await run_in_threadpool(svc.list_repos, auth.prefix)])
+    return RepoList(repos=await run_in_threadpool(svc.list_repos, auth.prefix))
 
 
 @router.get("/repos/{repo}", response_model=Repo, summary="One repo")
 async def get_repo(repo: str, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
-    return repo_out(await run_in_threadpool(svc.get_repo, repo))
+    return await run_in_threadpool(svc.get_repo, repo)
 
 
 @router.delete("/repos/{repo}", status_code=204, summary="Delete a repo")
@@ -156,7 +144,7 @@ async def delete_repo(repo: str, svc: Svc, auth: Auth) -> Response:
 async def fork_repo(repo: str, body: ForkRequest, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
     auth.require(body.name, write=True)
-    return repo_out(await run_in_threadpool(svc.fork_repo, repo, body.name, body.snapshot))
+    return await run_in_threadpool(svc.fork_repo, repo, body.name, body.snapshot)
 
 
 # --- skills ---
@@ -168,11 +156,7 @@ async def list_skills(repo: str, svc: Svc, auth: Auth,
                       after: Annotated[str | None, Query(max_length=128,
                                                          description="names after this one")] = None) -> SkillList:
     auth.require(repo)
-    # one more than asked: tells whether another page follows
-    rows = await run_in_threadpool(svc.list_skills, repo, limit + 1 if limit else None, after)
-    more = limit is not None and len(rows) > limit
-    rows = rows[:limit] if limit else rows
-    return SkillList(skills=[skill_out(s) for s in rows], next_after=rows[-1].name if more else None)
+    return await run_in_threadpool(svc.list_skills, repo, limit, after)
 
 
 @router.post("/repos/{repo}/skills", status_code=201, response_model=Skill, openapi_extra=_SKILL_BODY,
@@ -182,7 +166,7 @@ async def insert_skill(repo: str, request: Request, response: Response, svc: Svc
     doc = await _skill_doc(request, svc)
     skill = await run_in_threadpool(svc.insert_skill, repo, doc)
     _etag(response, skill.version)
-    return skill_out(skill)
+    return skill
 
 
 @router.get("/repos/{repo}/skills/{name}", response_model=Skill,
@@ -195,7 +179,7 @@ async def get_skill(repo: str, name: str, request: Request, svc: Svc, auth: Auth
     accept = request.headers.get("accept", "")
     if "text/markdown" in accept and "application/json" not in accept:
         return Response(skill.content, media_type="text/markdown; charset=utf-8", headers=headers)
-    return Response(skill_out(skill).model_dump_json(), media_type="application/json", headers=headers)
+    return Response(skill.model_dump_json(), media_type="application/json", headers=headers)
 
 
 @router.put("/repos/{repo}/skills/{name}", response_model=Skill, openapi_extra=_SKILL_BODY,
@@ -208,7 +192,7 @@ async def put_skill(repo: str, name: str, request: Request, response: Response, 
     skill, created = await run_in_threadpool(svc.put_skill, repo, name, doc, if_match)
     response.status_code = 201 if created else 200
     _etag(response, skill.version)
-    return skill_out(skill)
+    return skill
 
 
 @router.delete("/repos/{repo}/skills/{name}", status_code=204, summary="Delete a skill (a new, deleted version)")
@@ -219,39 +203,19 @@ async def delete_skill(repo: str, name: str, request: Request, svc: Svc, auth: A
     return Response(status_code=204)
 
 
-def _version_out(svc: SkillRepoService, v, content: bool) -> SkillVersion:
-    out = SkillVersion(name=v.name, version=v.version, deleted=v.deleted, seq=v.seq, created_at=v.created_at,
-                       cause=v.cause)
-    if content and v.blob_hash:
-        blob = svc.version_content(v)
-        out.content, out.description = blob["content"], blob["description"]
-    return out
-
-
 @router.get("/repos/{repo}/skills/{name}/versions", response_model=SkillVersionList,
             summary="The skill's history, newest first (through the repos it was forked from)")
 async def skill_versions(repo: str, name: str, svc: Svc, auth: Auth,
                          content: Annotated[bool, Query(description="include each version's document")] = False):
     auth.require(repo)
-
-    def run() -> SkillVersionList:
-        return SkillVersionList(versions=[_version_out(svc, v, content) for v in svc.versions(repo, name)])
-
-    return await run_in_threadpool(run)
+    return await run_in_threadpool(svc.versions, repo, name, content)
 
 
 @router.get("/repos/{repo}/skills/{name}/versions/{version}", response_model=SkillVersion,
             summary="One version of a skill, with its document")
 async def skill_version(repo: str, name: str, version: int, svc: Svc, auth: Auth) -> SkillVersion:
     auth.require(repo)
-
-    def run() -> SkillVersion:
-        for v in svc.versions(repo, name):
-            if v.version == version:
-                return _version_out(svc, v, True)
-        raise APIError(404, "version_not_found", f"skill {name!r} has no version {version}")
-
-    return await run_in_threadpool(run)
+    return await run_in_threadpool(svc.version, repo, name, version)
 
 
 @router.post("/repos/{repo}/skills/{name}/restore", response_model=Skill,
@@ -259,7 +223,7 @@ async def skill_version(repo: str, name: str, version: int, svc: Svc, auth: Auth
 async def restore_skill(repo: str, name: str, body: RestoreSkillRequest, svc: Svc, auth: Auth) -> Skill:
     auth.require(repo, write=True)
     origin = body.origin.model_dump(exclude_none=True) if body.origin else None
-    return skill_out(await run_in_threadpool(svc.restore_skill, repo, name, body.version, origin))
+    return await run_in_threadpool(svc.restore_skill, repo, name, body.version, origin)
 
 
 # --- search and ops ---
@@ -301,19 +265,14 @@ async def op_log(repo: str, svc: Svc, auth: Auth,
                  before: Annotated[int | None, Query(ge=1, description="entries older than this id")] = None,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> OpLog:
     auth.require(repo)
-    rows = await run_in_threadpool(svc.op_log, repo, before, limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    entries = [OpLogEntry(id=r.id, seq=r.seq, kind=r.kind, applied=r.applied, created_at=r.created_at,
-                          origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries) for r in rows]
-    return OpLog(entries=entries, next_before=rows[-1].id if more else None)
+    return await run_in_threadpool(svc.op_log, repo, before, limit)
 
 
 @router.get("/repos/{repo}/index", response_model=IndexStatus,
             summary="This replica's search index of the repo, next to the database's state (diagnostics)")
 async def index_status(repo: str, svc: Svc, auth: Auth) -> IndexStatus:
     auth.require(repo)
-    return IndexStatus(**await run_in_threadpool(svc.index_status, repo))
+    return await run_in_threadpool(svc.index_status, repo)
 
 
 # --- export / import, snapshots ---
@@ -334,25 +293,24 @@ async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
                   replace: Annotated[bool, Query(description="also delete skills not in the archive")] = False):
     auth.require(repo, write=True)
     data = await _body(request, svc)
-    names, seq = await run_in_threadpool(svc.import_, repo, data, replace)
-    return ImportResult(imported=names, seq=seq)
+    return await run_in_threadpool(svc.import_, repo, data, replace)
 
 
 @router.post("/repos/{repo}/snapshots", status_code=201, response_model=Snapshot,
              summary="Remember the repo's skills under a label (a training step, a stream position)")
 async def create_snapshot(repo: str, body: SnapshotCreate, svc: Svc, auth: Auth) -> Snapshot:
     auth.require(repo, write=True)
-    return Snapshot(**await run_in_threadpool(svc.snapshot, repo, body.label))
+    return await run_in_threadpool(svc.snapshot, repo, body.label)
 
 
 @router.get("/repos/{repo}/snapshots", response_model=SnapshotList, summary="The repo's snapshots")
 async def list_snapshots(repo: str, svc: Svc, auth: Auth) -> SnapshotList:
     auth.require(repo)
-    return SnapshotList(snapshots=[Snapshot(**s) for s in await run_in_threadpool(svc.list_snapshots, repo)])
+    return SnapshotList(snapshots=await run_in_threadpool(svc.list_snapshots, repo))
 
 
 @router.post("/repos/{repo}/snapshots/{label}/restore", response_model=Repo,
              summary="Make the repo's skills what they were at the snapshot (new versions, history kept)")
 async def restore_snapshot(repo: str, label: str, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo, write=True)
-    return repo_out(await run_in_threadpool(svc.restore_snapshot, repo, label))
+    return await run_in_threadpool(svc.restore_snapshot, repo, label)

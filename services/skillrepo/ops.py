@@ -1,14 +1,17 @@
 """The curator's function calls, applied to a repo inside one write transaction.
 
-Ops run in order and each sees the effect of the ones before it. Semantics (the paper's tool names):
+The ops and their arguments are defined once, in `skillos.curation.ops`; this module adds what
+only the repo can decide (does the skill exist?) and the writes. Ops run in order and each sees the
+effect of the ones before it. Semantics (the paper's tool names):
   * ``new_skill_insert(skill_name, content)``: refused when the (normalized) name already exists.
   * ``skill_update(skill_name, new_name?, new_content?)``: the skill must exist; ``new_content`` replaces
     the document (same rules as insert), ``new_name`` renames it (the old name gets a delete version).
     Giving neither is refused. Content equal to the current one is applied without a new version.
   * ``skill_delete(skill_name)``: the skill must exist.
 ``skill_name`` of update/delete is looked up as given, then normalized ("Clean Object" finds
-"clean-object"). Extra argument keys are ignored. Atomic batches: when one op is refused none is applied
-and the valid ops say ``batch_aborted``; non-atomic batches apply every valid op.
+"clean-object"). Extra argument keys are ignored. Atomic batches (the endpoint's default): when one op
+is refused none is applied and the valid ops say ``batch_aborted``; non-atomic batches apply every
+valid op. The curator sends its decisions non-atomically (`skillos.curation.ATOMIC`, and why there).
 
 Invariant: an op is refused before it writes anything (every check precedes the first write), so a
 refused op leaves the transaction as it found it; `apply_ops` of a lone op needs no savepoint.
@@ -20,7 +23,8 @@ import json
 from typing import Any
 
 from services.skillrepo.store import WriteTx
-from skillos.protocol.skillrepo import OP_NAMES, Op, OpVerdict
+from skillos.curation.ops import OP_NAMES, required
+from skillos.protocol.skillrepo import Op, OpOutcome
 from skillos.skills import SkillDoc, SkillFormatError, normalize_name, skill_from_call
 from skillos.textguard import MAX_JSON_DEPTH as _MAX_ARGS_DEPTH
 from skillos.textguard import check_value
@@ -73,19 +77,20 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int) -> tuple[str, int, str]
     if op.name not in OP_NAMES:
         raise Refused("unknown_op", f"unknown op {op.name!r}: use one of {', '.join(OP_NAMES)}")
     args = _arguments(op)
+    for key in required(op.name):   # in signature order: skill_name is named first when both are missing
+        _required(args, key)
     try:
         if op.name == "new_skill_insert":
-            doc = skill_from_call(_required(args, "skill_name"), _required(args, "content"),
-                                  max_body_bytes=max_body_bytes)
+            doc = skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes)
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
             return doc.name, tx.put(doc, "insert"), "inserted"
         if op.name == "skill_delete":
-            name = _existing(tx, _required(args, "skill_name"))
+            name = _existing(tx, args["skill_name"])
             return name, tx.delete(name, "delete"), "deleted"
         # skill_update
-        name = _existing(tx, _required(args, "skill_name"))
+        name = _existing(tx, args["skill_name"])
         new_name, new_content = args.get("new_name"), args.get("new_content")
         if new_name is not None and not isinstance(new_name, str):
             raise Refused("invalid_arguments", "argument 'new_name' must be a string", name)
@@ -114,16 +119,16 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int) -> tuple[str, int, str]
                       else None) from None
 
 
-def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int) -> tuple[bool, list[OpVerdict]]:
+def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int) -> tuple[bool, list[OpOutcome]]:
     """Apply ``ops`` in ``tx``; returns (every op applied, verdicts). The caller rolls back on an atomic refusal."""
-    verdicts: list[OpVerdict] = []
+    verdicts: list[OpOutcome] = []
     for i, op in enumerate(ops):
         try:
             name, version, message = _apply_one(tx, op, max_body_bytes)
-            verdicts.append(OpVerdict(index=i, name=op.name, status="applied", message=message,
+            verdicts.append(OpOutcome(index=i, name=op.name, status="applied", message=message,
                                       skill_name=name, version=version))
         except Refused as r:
-            verdicts.append(OpVerdict(index=i, name=op.name, status="refused", code=r.code, message=r.message,
+            verdicts.append(OpOutcome(index=i, name=op.name, status="refused", code=r.code, message=r.message,
                                       skill_name=r.skill_name))
     refused = [v for v in verdicts if v.status == "refused"]
     if refused and atomic:

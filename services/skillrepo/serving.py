@@ -3,10 +3,14 @@
 `SkillRepoService` ties the storage layer, the replica's search indexes and the change announcements
 together: every write commits in `Store.write`, then updates this replica's index and announces the new
 seq; every search checks the repo's seq first (see `indexes.py` for why that gives read-your-writes).
+
+Its methods answer wire models (`skillos.protocol.skillrepo`), never storage rows, and raise only the one
+error shape (`APIError`): a storage refusal (`store.StoreError`) becomes its HTTP answer in `http_error`.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -24,12 +28,39 @@ from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.search import tokenize
 from services.skillrepo.settings import SkillRepoSettings
-from services.skillrepo.store import RepoRow, Store, StoredSkill, VersionRow, skill_not_found
+from services.skillrepo.store import (
+    LogRow,
+    RepoExists,
+    RepoNotFound,
+    RepoRow,
+    SkillNotFound,
+    SnapshotExists,
+    SnapshotNotFound,
+    Store,
+    StoredSkill,
+    StoreError,
+    VersionRow,
+)
 from skillos.errors import APIError
-from skillos.protocol.skillrepo import OpsRequest, OpsResult, OpVerdict, SearchHit
+from skillos.protocol.skillrepo import (
+    ImportResult,
+    IndexStatus,
+    OpLog,
+    OpLogEntry,
+    OpOutcome,
+    OpsRequest,
+    OpsResult,
+    Repo,
+    SearchHit,
+    Skill,
+    SkillList,
+    SkillVersion,
+    SkillVersionList,
+    Snapshot,
+)
 from skillos.skills import SkillDoc, SkillFormatError, parse
 
-_VERDICTS = TypeAdapter(list[OpVerdict])   # the op log's entries, serialized in one call
+_VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in one call
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
 SEARCH_LATENCY = Histogram("skillos_skillrepo_search_seconds", "In-process search latency",
                            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1))
@@ -78,6 +109,50 @@ def format_error(e: SkillFormatError, where: str = "") -> APIError:
     return APIError(status, e.code, f"{where}{e.message}")
 
 
+def http_error(e: StoreError) -> APIError:
+    """The API's answer to a storage refusal: status, code and message are part of the HTTP API."""
+    match e:
+        case RepoNotFound():
+            return APIError(404, "repo_not_found", f"repo {e.repo!r} does not exist: create it with POST /v1/repos")
+        case SkillNotFound():
+            return APIError(404, "skill_not_found", f"skill {e.name!r} does not exist in repo {e.repo!r}")
+        case SnapshotNotFound():
+            return APIError(404, "snapshot_not_found", f"repo {e.repo!r} has no snapshot {e.label!r}")
+        case RepoExists():
+            return APIError(409, "repo_exists", f"repo {e.repo!r} already exists: pick another name")
+        case SnapshotExists():
+            return APIError(409, "snapshot_exists",
+                            f"repo {e.repo!r} already has a snapshot {e.label!r}: pick another label")
+    return APIError(500, "storage_error", str(e))
+
+
+def _answers_api_errors(method):
+    """A service method whose storage refusals reach its caller as `APIError`s."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except StoreError as e:
+            raise http_error(e) from e
+
+    return call
+
+
+def repo_out(r: RepoRow) -> Repo:
+    return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
+                updated_at=r.updated_at)
+
+
+def skill_out(s: StoredSkill) -> Skill:
+    return Skill(name=s.name, description=s.description, body=s.body, metadata=s.metadata, version=s.version,
+                 content=s.content, updated_at=s.updated_at, cause=s.cause)
+
+
+def log_entry_out(r: LogRow) -> OpLogEntry:
+    return OpLogEntry(id=r.id, seq=r.seq, kind=r.kind, applied=r.applied, created_at=r.created_at,
+                      origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries)
+
+
 class SkillRepoService:
     def __init__(self, settings: SkillRepoSettings | None = None, *, run_migrations: bool = True):
         self.settings = settings or SkillRepoSettings()
@@ -108,35 +183,53 @@ class SkillRepoService:
 
     # --- repos ---
 
-    def create_repo(self, name: str) -> RepoRow:
-        return self.store.create_repo(name)
+    @_answers_api_errors
+    def create_repo(self, name: str) -> Repo:
+        return repo_out(self.store.create_repo(name))
 
-    def list_repos(self, prefix: str | None = None) -> list[RepoRow]:
-        return self.store.list_repos(prefix)
+    @_answers_api_errors
+    def list_repos(self, prefix: str | None = None) -> list[Repo]:
+        return [repo_out(r) for r in self.store.list_repos(prefix)]
 
-    def get_repo(self, name: str) -> RepoRow:
-        return self.store.get_repo(name)
+    @_answers_api_errors
+    def get_repo(self, name: str) -> Repo:
+        return repo_out(self.store.get_repo(name))
 
+    @_answers_api_errors
     def delete_repo(self, name: str) -> None:
         repo_id = self.store.delete_repo(name)
         self.indexes.drop(repo_id)
         self.announcer.publish(repo_id, 1 << 62)
 
-    def fork_repo(self, source: str, name: str, snapshot: str | None = None) -> RepoRow:
-        return self.store.fork_repo(source, name, snapshot)
+    @_answers_api_errors
+    def fork_repo(self, source: str, name: str, snapshot: str | None = None) -> Repo:
+        return repo_out(self.store.fork_repo(source, name, snapshot))
 
     # --- skills ---
 
-    def list_skills(self, repo: str, limit: int | None = None, after: str | None = None) -> list[StoredSkill]:
-        return self.store.list_skills(repo, limit, after)
+    @_answers_api_errors
+    def list_skills(self, repo: str, limit: int | None = None, after: str | None = None) -> SkillList:
+        """The repo's skills by name: all of them, or with ``limit`` one page (names after ``after``)."""
+        # one more than asked: tells whether another page follows
+        rows = self.store.list_skills(repo, limit + 1 if limit else None, after)
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if limit else rows
+        return SkillList(skills=[skill_out(s) for s in rows], next_after=rows[-1].name if more else None)
 
-    def op_log(self, repo: str, before: int | None = None, limit: int = 50):
-        return self.store.op_log(repo, before, limit)
+    @_answers_api_errors
+    def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> OpLog:
+        """The repo's op log, newest first: ``limit`` entries older than ``before``."""
+        rows = self.store.op_log(repo, before, limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return OpLog(entries=[log_entry_out(r) for r in rows], next_before=rows[-1].id if more else None)
 
-    def get_skill(self, repo: str, name: str) -> StoredSkill:
-        return self.store.get_skill(repo, name)
+    @_answers_api_errors
+    def get_skill(self, repo: str, name: str) -> Skill:
+        return skill_out(self.store.get_skill(repo, name))
 
-    def insert_skill(self, repo: str, doc: SkillDoc) -> StoredSkill:
+    @_answers_api_errors
+    def insert_skill(self, repo: str, doc: SkillDoc) -> Skill:
         with self.store.write(repo) as tx:
             tx.log_as("insert")
             if tx.exists(doc.name):
@@ -145,10 +238,11 @@ class SkillRepoService:
             tx.put(doc, "insert")
             skill = tx.get(doc.name)
         self._committed(tx.repo, tx.changes)
-        return skill
+        return skill_out(skill)
 
-    def put_skill(self, repo: str, name: str, doc: SkillDoc, if_match: int | str | None) -> tuple[StoredSkill, bool]:
-        """(the skill, whether it was created)."""
+    @_answers_api_errors
+    def put_skill(self, repo: str, name: str, doc: SkillDoc, if_match: int | str | None) -> tuple[Skill, bool]:
+        """(the skill, whether it was created: the HTTP answer is 201 then, else 200)."""
         if doc.name != name:
             raise APIError(400, "name_mismatch", f"the document's name {doc.name!r} differs from the URL's "
                                                  f"{name!r}: make them equal (renames go through ops)")
@@ -159,7 +253,7 @@ class SkillRepoService:
             tx.put(doc, "put")
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
-        return skill, created
+        return skill_out(skill), created
 
     @staticmethod
     def _check_precondition(tx, repo: str, name: str, if_match: int | str | None) -> None:
@@ -176,22 +270,40 @@ class SkillRepoService:
                            f"not {if_match}: fetch it again, re-apply your change and retry",
                            details={"current_version": current})
 
+    @_answers_api_errors
     def delete_skill(self, repo: str, name: str, if_match: int | str | None) -> None:
         with self.store.write(repo) as tx:
             tx.log_as("delete")
             if not tx.exists(name):
-                raise skill_not_found(repo, name)
+                raise SkillNotFound(repo, name)
             self._check_precondition(tx, repo, name, if_match)
             tx.delete(name, "delete")
         self._committed(tx.repo, tx.changes)
 
-    def versions(self, repo: str, name: str) -> list[VersionRow]:
-        return self.store.versions(repo, name)
+    def _version_out(self, v: VersionRow, content: bool) -> SkillVersion:
+        out = SkillVersion(name=v.name, version=v.version, deleted=v.deleted, seq=v.seq, created_at=v.created_at,
+                           cause=v.cause)
+        if content and v.blob_hash:
+            blob = self.store.blob(v.blob_hash)
+            out.content, out.description = blob["content"], blob["description"]
+        return out
 
-    def version_content(self, v: VersionRow) -> dict | None:
-        return self.store.blob(v.blob_hash) if v.blob_hash else None
+    @_answers_api_errors
+    def versions(self, repo: str, name: str, content: bool = False) -> SkillVersionList:
+        """The skill's history, newest first (through the repos it was forked from); with ``content``,
+        each version's document."""
+        return SkillVersionList(versions=[self._version_out(v, content) for v in self.store.versions(repo, name)])
 
-    def restore_skill(self, repo: str, name: str, version: int, origin: dict | None = None) -> StoredSkill:
+    @_answers_api_errors
+    def version(self, repo: str, name: str, version: int) -> SkillVersion:
+        """One version of a skill, with its document."""
+        for v in self.store.versions(repo, name):
+            if v.version == version:
+                return self._version_out(v, True)
+        raise APIError(404, "version_not_found", f"skill {name!r} has no version {version}")
+
+    @_answers_api_errors
+    def restore_skill(self, repo: str, name: str, version: int, origin: dict | None = None) -> Skill:
         target = next((v for v in self.store.versions(repo, name) if v.version == version), None)
         if target is None:
             raise APIError(404, "version_not_found", f"skill {name!r} has no version {version}")
@@ -203,7 +315,7 @@ class SkillRepoService:
             tx.put_hash(name, target.blob_hash, "restore")
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
-        return skill
+        return skill_out(skill)
 
     # --- search ---
 
@@ -211,7 +323,7 @@ class SkillRepoService:
         start = time.perf_counter()
         found = self.store.repo_seq(repo)
         if found is None:
-            raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist: create it with POST /v1/repos")
+            raise http_error(RepoNotFound(repo))
         idx = self.indexes.get(*found)
         if idx is None:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist")
@@ -220,20 +332,20 @@ class SkillRepoService:
         SEARCH_LATENCY.observe(time.perf_counter() - start)
         return hits
 
-    def index_status(self, repo: str) -> dict:
+    def index_status(self, repo: str) -> IndexStatus:
         """This replica's index of ``repo`` as it is now (not caught up first) and the database's seq."""
         found = self.store.repo_seq(repo)
         if found is None:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist")
         idx = self.indexes.peek(found[0])
-        out = {"repo": repo, "db_seq": found[1], "index_seq": None, "documents": None}
-        if idx is not None:
-            out["index_seq"] = idx.seq
-            out["documents"] = [{"name": n, "version": p[0]} for n, p in sorted(idx.documents().items())]
-        return out
+        if idx is None:
+            return IndexStatus(repo=repo, db_seq=found[1], index_seq=None, documents=None)
+        return IndexStatus(repo=repo, db_seq=found[1], index_seq=idx.seq,
+                           documents=[{"name": n, "version": p[0]} for n, p in sorted(idx.documents().items())])
 
     # --- curator ops ---
 
+    @_answers_api_errors
     def apply_ops(self, repo: str, req: OpsRequest) -> OpsResult:
         if len(req.ops) > self.settings.max_ops_per_batch:
             raise APIError(413, "batch_too_large", f"{len(req.ops)} ops in one batch; the limit is "
@@ -274,6 +386,7 @@ class SkillRepoService:
 
     # --- export / import ---
 
+    @_answers_api_errors
     def export(self, repo: str) -> bytes:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -318,7 +431,8 @@ class SkillRepoService:
                                                    f"folders: {type(e).__name__}: {e}") from None
         return list(docs.values())
 
-    def import_(self, repo: str, data: bytes, replace: bool = False) -> tuple[list[str], int]:
+    @_answers_api_errors
+    def import_(self, repo: str, data: bytes, replace: bool = False) -> ImportResult:
         docs = self.read_archive(data)
         with self.store.write(repo) as tx:
             tx.log_as("import")
@@ -330,17 +444,20 @@ class SkillRepoService:
                     if blob_hash is not None and name not in keep:
                         tx.delete(name, "import")
         self._committed(tx.repo, tx.changes)
-        return [d.name for d in docs], tx.repo.seq
+        return ImportResult(imported=[d.name for d in docs], seq=tx.repo.seq)
 
     # --- snapshots ---
 
-    def snapshot(self, repo: str, label: str) -> dict:
-        return self.store.create_snapshot(repo, label)
+    @_answers_api_errors
+    def snapshot(self, repo: str, label: str) -> Snapshot:
+        return Snapshot(**self.store.create_snapshot(repo, label))
 
-    def list_snapshots(self, repo: str) -> list[dict]:
-        return self.store.list_snapshots(repo)
+    @_answers_api_errors
+    def list_snapshots(self, repo: str) -> list[Snapshot]:
+        return [Snapshot(**s) for s in self.store.list_snapshots(repo)]
 
-    def restore_snapshot(self, repo: str, label: str) -> RepoRow:
+    @_answers_api_errors
+    def restore_snapshot(self, repo: str, label: str) -> Repo:
         """Make the repo's skills what they were at the snapshot; each differing skill gets a new version."""
         with self.store.write(repo) as tx:
             tx.log_as("snapshot_restore", origin=json.dumps({"source": f"snapshot {label}"[:64]}))
@@ -351,4 +468,4 @@ class SkillRepoService:
             for name, blob_hash in target.items():
                 tx.put_hash(name, blob_hash, "restore")
         self._committed(tx.repo, tx.changes)
-        return self.store.get_repo(repo)
+        return repo_out(self.store.get_repo(repo))

@@ -4,6 +4,9 @@ Every write runs in `Store.write(repo)`, a transaction that holds the repo's wri
 ``SELECT ... FOR UPDATE`` on the repo row; SQLite: ``BEGIN IMMEDIATE`` plus one in-process lock, SQLite
 having a single writer anyway). Writers of one repo are therefore serialized, which is what makes
 ``If-Match`` checks and ``repos.seq`` exact: no update is lost and changes have one order.
+
+It knows nothing of HTTP: what cannot be found or already exists is raised as a `StoreError`
+(`RepoNotFound`, `SkillNotFound`, ...), which the serving layer turns into the API's error answers.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from services.skillrepo.tables import (
     snapshot_heads,
     snapshots,
 )
-from skillos.errors import APIError
 from skillos.skills import SkillDoc, serialize
 
 
@@ -46,12 +48,38 @@ def _utc(ts: datetime | None) -> datetime | None:
     return ts
 
 
-def repo_not_found(name: str) -> APIError:
-    return APIError(404, "repo_not_found", f"repo {name!r} does not exist: create it with POST /v1/repos")
+class StoreError(Exception):
+    """What the storage layer refuses; the serving layer maps each kind to its HTTP answer."""
 
 
-def skill_not_found(repo: str, name: str) -> APIError:
-    return APIError(404, "skill_not_found", f"skill {name!r} does not exist in repo {repo!r}")
+class RepoNotFound(StoreError):
+    def __init__(self, repo: str):
+        super().__init__(f"repo {repo!r} does not exist")
+        self.repo = repo
+
+
+class SkillNotFound(StoreError):
+    def __init__(self, repo: str, name: str):
+        super().__init__(f"skill {name!r} does not exist in repo {repo!r}")
+        self.repo, self.name = repo, name
+
+
+class SnapshotNotFound(StoreError):
+    def __init__(self, repo: str, label: str):
+        super().__init__(f"repo {repo!r} has no snapshot {label!r}")
+        self.repo, self.label = repo, label
+
+
+class RepoExists(StoreError):
+    def __init__(self, repo: str):
+        super().__init__(f"repo {repo!r} already exists")
+        self.repo = repo
+
+
+class SnapshotExists(StoreError):
+    def __init__(self, repo: str, label: str):
+        super().__init__(f"repo {repo!r} already has a snapshot {label!r}")
+        self.repo, self.label = repo, label
 
 
 @dataclass
@@ -328,7 +356,7 @@ class Store:
         q = select(repos).where(repos.c.name == name)
         r = conn.execute(q if self.sqlite else q.with_for_update()).first()
         if r is None:
-            raise repo_not_found(name)
+            raise RepoNotFound(name)
         return _repo_row(r)
 
     @contextmanager
@@ -336,7 +364,7 @@ class Store:
         with self._write_conn() as conn:
             r = self.hot.lock_repo.first(conn, {"n": repo})
             if r is None:
-                raise repo_not_found(repo)
+                raise RepoNotFound(repo)
             tx = WriteTx(self, conn, WriteRepo(*r))
             yield tx
             if tx.changes:
@@ -353,13 +381,13 @@ class Store:
                 conn.execute(insert(repos).values(name=name, seq=0, created_at=_now()))
                 return _repo_row(conn.execute(select(repos).where(repos.c.name == name)).one())
         except IntegrityError:
-            raise APIError(409, "repo_exists", f"repo {name!r} already exists: pick another name") from None
+            raise RepoExists(name) from None
 
     def get_repo(self, name: str, count: bool = True) -> RepoRow:
         with self._read_conn() as conn:
             r = conn.execute(select(repos).where(repos.c.name == name)).first()
             if r is None:
-                raise repo_not_found(name)
+                raise RepoNotFound(name)
             row = _repo_row(r)
             if count:
                 row.skill_count, row.updated_at = self._count_and_time(conn, row.id)
@@ -425,8 +453,7 @@ class Store:
                     s = conn.execute(select(snapshots.c.id, snapshots.c.seq).where(
                         snapshots.c.repo_id == src.id, snapshots.c.label == snapshot)).first()
                     if s is None:
-                        raise APIError(404, "snapshot_not_found",
-                                       f"repo {source!r} has no snapshot {snapshot!r}")
+                        raise SnapshotNotFound(source, snapshot)
                     snap_id, fork_seq = s.id, s.seq
                 now = _now()
                 new_id = conn.execute(insert(repos).values(
@@ -446,7 +473,7 @@ class Store:
                 row.skill_count = self._count(conn, new_id)
                 return row
         except IntegrityError:
-            raise APIError(409, "repo_exists", f"repo {name!r} already exists: pick another name") from None
+            raise RepoExists(name) from None
 
     # --- skills ---
 
@@ -481,7 +508,7 @@ class Store:
             r = conn.execute(self._with_cause(select(*_SKILL_COLS)).where(
                 skill_heads.c.repo_id == repo_id, skill_heads.c.name == name)).first()
         if r is None:
-            raise skill_not_found(repo, name)
+            raise SkillNotFound(repo, name)
         return _skill(r, r.cause)
 
     def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> list[LogRow]:
@@ -499,7 +526,7 @@ class Store:
     def _repo_id(self, conn, name: str) -> int:
         r = conn.execute(select(repos.c.id).where(repos.c.name == name)).first()
         if r is None:
-            raise repo_not_found(name)
+            raise RepoNotFound(name)
         return r.id
 
     def _lineage(self, conn, repo_id: int) -> list[tuple[int, int | None]]:
@@ -529,7 +556,7 @@ class Store:
                         out.append(VersionRow(r.name, r.version, r.blob_hash is None, r.seq, r.cause,
                                               _utc(r.created_at), r.blob_hash))
         if not out:
-            raise skill_not_found(repo, name)
+            raise SkillNotFound(repo, name)
         out.sort(key=lambda v: -v.version)
         return out
 
@@ -555,8 +582,7 @@ class Store:
                 conn.execute(insert(snapshot_heads).from_select(["name", "version", "blob_hash", "snapshot_id"], sel))
                 return {"repo": repo, "label": label, "seq": row.seq, "skill_count": count, "created_at": now}
         except IntegrityError:
-            raise APIError(409, "snapshot_exists",
-                           f"repo {repo!r} already has a snapshot {label!r}: pick another label") from None
+            raise SnapshotExists(repo, label) from None
 
     def list_snapshots(self, repo: str) -> list[dict[str, Any]]:
         with self._read_conn() as conn:
@@ -570,7 +596,7 @@ class Store:
         s = tx.conn.execute(select(snapshots.c.id).where(
             and_(snapshots.c.repo_id == tx.repo.id, snapshots.c.label == label))).first()
         if s is None:
-            raise APIError(404, "snapshot_not_found", f"repo {tx.repo.name!r} has no snapshot {label!r}")
+            raise SnapshotNotFound(tx.repo.name, label)
         rows = tx.conn.execute(select(snapshot_heads.c.name, snapshot_heads.c.blob_hash).where(
             snapshot_heads.c.snapshot_id == s.id)).all()
         return {r.name: r.blob_hash for r in rows}

@@ -36,7 +36,7 @@ def _env_tasks(env: str, split: str | None, url: str | None) -> list[dict]:
     from skillos.clients.envs import EnvClient, EnvError
 
     s = TrainerSettings()
-    base = url or {"alfworld": s.alfworld_url, "webshop": s.webshop_url, "reasoning": s.reasoning_url}[env]
+    base = url or s.env_url(env)
     try:
         with EnvClient(base, token=s.api_token or None) as c:
             return [t.model_dump() for t in c.tasks(split=split)]

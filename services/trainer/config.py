@@ -93,6 +93,8 @@ class TrainConfig(_Strict):
     clip_eps: float = 0.2                      # not in the paper (the usual PPO/GRPO value)
     clip_eps_high: float | None = None         # asymmetric upper clip; None: same as clip_eps
     kl_coef: float = 0.0                       # text: dropped; Table 4: 0.001 (see module docstring)
+    # reward weights of Eq. 1, r = r_task + λ_f r_fc + λ_u r_cnt + λ_c r_comp (§4 implementation details:
+    # λ_f=1.0, λ_u=0.1, λ_c=0.05); the only place they are defaulted (rewards.py and rollout.py take them)
     lambda_fc: float = 1.0
     lambda_cnt: float = 0.1
     lambda_comp: float = 0.05
@@ -115,6 +117,10 @@ class TrainConfig(_Strict):
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0: GRPO samples N different rollouts per group")
         return self
+
+    def reward_weights(self) -> tuple[float, float, float]:
+        """(λ_fc, λ_cnt, λ_comp) in the order `rewards.composite_reward` takes them."""
+        return self.lambda_fc, self.lambda_cnt, self.lambda_comp
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:

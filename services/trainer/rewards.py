@@ -75,8 +75,9 @@ def compression_reward(decisions: Sequence[Decision]) -> float:
 
 
 def composite_reward(successes: Sequence[bool], decisions: Sequence[Decision],
-                     lambda_fc: float = 1.0, lambda_cnt: float = 0.1,
-                     lambda_comp: float = 0.05) -> RewardParts:
+                     lambda_fc: float, lambda_cnt: float, lambda_comp: float) -> RewardParts:
+    """Eq. 1 of the paper. The weights have no default here: they are `TrainConfig.lambda_*`
+    (`TrainConfig.reward_weights()`), the one place the paper's values are written."""
     r_task = task_reward(successes)
     r_fc = function_call_reward(decisions)
     r_cnt = content_reward(decisions)

@@ -1,11 +1,12 @@
 """Rollouts: one pass of the curator policy over a whole task group, on its own fresh repo.
 
 The stream itself is `skillos.stream.loop.run_stream` (executor episode over HTTP → self-judge
-→ curate → ops applied by the skill repo), so training sees exactly the production loop. The
-curator plugged into it is `services.curator.serving.Curator` (prompt, parsing, validation,
-non-atomic apply with per-op verdicts) whose LLM is either
+→ curate → ops applied by the skill repo), so training sees exactly the production loop. Each
+curation decision is `skillos.curation.curate` (prompt, parsing, validation, non-atomic apply with
+per-op verdicts: the code the curator service runs), with either
 
-- `PolicyLLM`: the trainer's own model, sampled in-process (CPU path, `sync.backend: inprocess`);
+- `PolicyLLM`: the trainer's own model, sampled in-process (CPU path, `sync.backend: inprocess`),
+  as its `ChatLLM`, and the trainer's skill repo client;
 - the curator service over HTTP backed by vLLM (`vllm_*` backends), token ids taken from its
   answer (`curator_ask_token_ids`); the trainer recomputes every log-prob either way.
 
@@ -18,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from services.trainer.policy import GenerationBatcher, encode_prompt
 from services.trainer.rewards import Decision, RewardParts, composite_reward, group_advantages
+from skillos.curation import OP_NAMES, ChatLLM, CurationOptions, curate, parse_curator_output
 from skillos.logging import get_logger
 
 log = get_logger("trainer.rollout")
@@ -68,7 +69,7 @@ class RolloutFailed(Exception):
 
 
 class PolicyLLM:
-    """The `LLMClient` surface `Curator` uses (`chat`, `settings.model`), served by the policy."""
+    """The trainer's policy as a `skillos.curation.ChatLLM` (what the HTTP `LLMClient` is to the service)."""
 
     def __init__(self, batcher: GenerationBatcher, tokenizer, max_prompt_tokens: int, model_name: str,
                  grammars=None):
@@ -76,7 +77,7 @@ class PolicyLLM:
         self.tokenizer = tokenizer
         self.grammars = grammars     # GrammarCache: honour response_format as llama.cpp does
         self.max_prompt_tokens = max_prompt_tokens
-        self.settings = SimpleNamespace(model=model_name)
+        self.model = model_name
         self.samples: list[CuratorSample] = []
         self.truncated_prompts = 0
 
@@ -94,14 +95,14 @@ class PolicyLLM:
         return ChatResult(content=self.tokenizer.decode(ids, skip_special_tokens=True),
                           finish_reason="stop" if finished else "length",
                           usage=Usage(len(prompt_ids), len(ids)), latency_s=time.perf_counter() - start,
-                          raw={"model": self.settings.model})
+                          raw={"model": self.model})
 
     async def aclose(self) -> None:
         pass
 
 
 class ScoringCurator:
-    """Wraps a `Curator`-like object for one rollout and scores each of its decisions."""
+    """Wraps a curator (`InProcessCurator` or the service) for one rollout and scores each decision."""
 
     def __init__(self, inner, ctx: RolloutContext, repo: str, llm: PolicyLLM | None):
         self.inner, self.ctx, self.repo, self.llm = inner, ctx, repo, llm
@@ -159,9 +160,6 @@ class ScoringCurator:
 
 def _trace(response, decision: Decision) -> dict:
     """What one decision did, for the step's rollout log (why rewards tie or differ)."""
-    from services.curator.parsing import parse_curator_output
-    from skillos.protocol.curator import OP_NAMES
-
     readable = sum(1 for c in parse_curator_output(response.raw_completion, response.raw_tool_calls)
                    if c.error is None and c.name in OP_NAMES)
     return {"completion": (response.raw_completion or "")[:4000], "readable_calls": readable,
@@ -184,23 +182,22 @@ class RolloutContext:
     executor: Any            # ExecutorLike (skillos.clients.executor.AsyncExecutorClient)
     repo_client: Any         # AsyncSkillRepoClient
     curator_client: Any      # AsyncCuratorClient (content judge; remote curate on GPU backends)
-    curator_settings: Any    # CuratorSettings for the in-process Curator
+    curation: CurationOptions  # how the in-process decision asks the policy (`skillos.settings.CurationSettings`)
     tokenizer: Any
     batcher: GenerationBatcher | None
     run_id: str
     max_prompt_tokens: int
+    lambdas: tuple[float, float, float]   # (λ_fc, λ_cnt, λ_comp): `TrainConfig.reward_weights()`
     top_k: int = 5
     max_turns: int = 30
     content_judge: bool = True
     seed_repo: str | None = None
-    lambdas: tuple[float, float, float] = (1.0, 0.1, 0.05)
     concurrency: asyncio.Semaphore | None = None
     model_name: str = "policy"
     grammars: Any = None     # GrammarCache for in-process constrained decoding (None: free text)
 
 
 async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: int, seed: int) -> RolloutResult:
-    from services.curator.serving import Curator
     from skillos.stream.loop import StreamConfig, TaskSpec, run_stream
 
     repo = f"{ctx.run_id}-s{step}-{group.id}-r{n}-a{attempt}"[-128:].lstrip("-")
@@ -213,7 +210,7 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
         llm = None
         if ctx.batcher is not None:
             llm = PolicyLLM(ctx.batcher, ctx.tokenizer, ctx.max_prompt_tokens, ctx.model_name, ctx.grammars)
-            inner = Curator(ctx.curator_settings, llm=llm, judge_llm=_NoJudge(), repo=ctx.repo_client)
+            inner = InProcessCurator(llm, ctx.repo_client, ctx.curation)
         else:
             inner = _RemoteCurator(ctx.curator_client)
         curator = ScoringCurator(inner, ctx, repo, llm)
@@ -241,16 +238,15 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
             log.warning("rollout_repo_not_deleted", repo=repo, error=str(e))
 
 
-class _NoJudge:
-    """The in-process Curator never judges here: r_cnt comes from the curator service's judge."""
+class InProcessCurator:
+    """A curator whose decisions are sampled from the policy: `skillos.curation.curate` over `PolicyLLM`.
+    (r_cnt still comes from the curator service's content judge, `ScoringCurator._judge`.)"""
 
-    settings = SimpleNamespace(model="none")
+    def __init__(self, llm: ChatLLM, repo, options: CurationOptions):
+        self.llm, self.repo, self.options = llm, repo, options
 
-    async def chat(self, *a, **k):
-        raise RuntimeError("not used")
-
-    async def aclose(self) -> None:
-        pass
+    async def curate(self, request):
+        return await curate(request, llm=self.llm, repo=self.repo, options=self.options)
 
 
 class _RemoteCurator:

@@ -26,7 +26,7 @@ from services.trainer.data import GroupSampler
 from services.trainer.engine import build_engine, grad_norm, local_grad_norm
 from services.trainer.loss import clipped_surrogate_loss
 from services.trainer.policy import sequence_logprobs
-from services.trainer.rollout import CuratorSample
+from services.trainer.rollout import CuratorSample, GroupResult
 from skillos.logging import get_logger
 
 log = get_logger("trainer")
@@ -148,8 +148,7 @@ def load_groups(cfg: TrainConfig, settings) -> list:
     from services.trainer.grouping.agentic import group_by_type
     from skillos.clients.envs import EnvClient
 
-    url = {"alfworld": settings.alfworld_url, "webshop": settings.webshop_url,
-           "reasoning": settings.reasoning_url}[cfg.data.env]
+    url = settings.env_url(cfg.data.env)
     with EnvClient(url, token=settings.api_token or None) as env:
         tasks = env.tasks(split=cfg.data.split)
     groups, _ = group_by_type(tasks, cfg.data.env, cfg.data.group_size, cfg.data.distribution,
@@ -188,7 +187,6 @@ class Trainer:
         return asyncio.run(self._run())
 
     async def _run(self) -> dict[str, Any]:
-        from services.curator.settings import CuratorSettings
         from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
         from services.trainer.policy import GenerationBatcher
         from services.trainer.rollout import RolloutContext
@@ -196,6 +194,7 @@ class Trainer:
         from skillos.clients.curator import AsyncCuratorClient
         from skillos.clients.executor import AsyncExecutorClient
         from skillos.clients.skillrepo import AsyncSkillRepoClient
+        from skillos.settings import CurationSettings
 
         cfg, s = self.cfg, self.settings
         seed_everything(cfg.seed)
@@ -233,11 +232,11 @@ class Trainer:
         run_id = f"train-{uuid.uuid4().hex[:6]}"
         ctx = RolloutContext(
             env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
-            curator_settings=CuratorSettings(curator_output_mode=cfg.rollout.curator_output_mode),
+            curation=CurationSettings(curator_output_mode=cfg.rollout.curator_output_mode).curation_options(),
             tokenizer=tokenizer, batcher=batcher, grammars=grammars,
             run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
             max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge,
-            seed_repo=cfg.rollout.seed_repo, lambdas=(cfg.lambda_fc, cfg.lambda_cnt, cfg.lambda_comp),
+            seed_repo=cfg.rollout.seed_repo, lambdas=cfg.reward_weights(),
             concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
         summary: dict[str, Any] = {"start_step": step}
         try:
@@ -268,7 +267,9 @@ class Trainer:
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
-    async def _step(self, step, engine, tokenizer, ref, sampler, ctx, sync) -> dict[str, Any]:
+    async def _step(self, step, engine, tokenizer, ref, sampler, ctx,
+                    sync) -> tuple[dict[str, Any], list[GroupResult]]:
+        """One GRPO step: the metrics row of the step and the groups kept (not dropped)."""
         from services.trainer.rollout import run_group
 
         cfg = self.cfg

@@ -6,7 +6,7 @@ Heavy imports (torch, alfworld, SQLAlchemy models) stay inside the command funct
 
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import entry_points
 
 import typer
 
@@ -15,21 +15,21 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 serve_app = typer.Typer(no_args_is_help=True, help="Run one SkillOS service in the foreground.")
 app.add_typer(serve_app, name="serve")
 
-# module paths of the parts' command registrations: each defines register(app, serve_app)
-PART_CLIS = (
-    "services.skillrepo.cli",
-    "services.envs.cli",
-    "skillos.llm.cli",
-    "skillos.models.cli",
-    "services.executor.cli",
-    "services.curator.cli",
-    "skillos.stream.cli",
-    "services.trainer.cli",
-    "services.console.cli",
-)
+# Each part declares its commands in pyproject.toml ([project.entry-points."skillos.commands"]:
+# name = "module:register", register(app, serve_app)); the core names no service.
+COMMANDS_GROUP = "skillos.commands"
 
-for _module in PART_CLIS:
-    importlib.import_module(_module).register(app, serve_app)
+
+def _register_parts() -> None:
+    found = sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise SystemExit("skillos: no commands registered: the package is not installed "
+                         "(run `make setup`, or `pip install -e .` in the checkout)")
+    for ep in found:
+        ep.load()(app, serve_app)
+
+
+_register_parts()
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import httpx
 
-from skillos.clients.base import AsyncHTTPClient, ServiceError, auth_headers, raise_for_error
+from skillos.clients.base import AsyncHTTPClient, ServiceError, auth_headers
 from skillos.protocol.curator import ContentJudgeRequest, ContentJudgeResponse, CurateRequest, CurateResponse
 
 
@@ -21,25 +21,17 @@ class CuratorError(ServiceError):
 
 
 class AsyncCuratorClient(AsyncHTTPClient):
+    error = CuratorError
+    unreachable = "curator at {base_url} not reachable: {e!r}"
+
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 600.0,
                  transport: httpx.AsyncBaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=auth_headers(token), timeout=timeout,
-                                       transport=transport)
-
-
-    async def _post(self, path: str, body: dict) -> dict:
-        try:
-            resp = await self._http.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise CuratorError(0, "unreachable", f"curator at {self.base_url} not reachable: {e!r}") from e
-        raise_for_error(resp, CuratorError)
-        return resp.json()
+        self._open(base_url, auth_headers(token), timeout, transport)
 
     async def curate(self, request: CurateRequest) -> CurateResponse:
-        data = await self._post("/v1/curate", request.model_dump(mode="json"))
-        return CurateResponse.model_validate(data)
+        resp = await self._call("POST", "/v1/curate", json=request.model_dump(mode="json"))
+        return CurateResponse.model_validate(resp.json())
 
     async def judge_content(self, request: ContentJudgeRequest) -> ContentJudgeResponse:
-        data = await self._post("/v1/judge/content", request.model_dump(mode="json", exclude_none=True))
-        return ContentJudgeResponse.model_validate(data)
+        resp = await self._call("POST", "/v1/judge/content", json=request.model_dump(mode="json", exclude_none=True))
+        return ContentJudgeResponse.model_validate(resp.json())

@@ -7,7 +7,8 @@
 
 An episode whose LLM failed is a normal answer (``success=False``, ``stop_reason="llm_error"``).
 HTTP errors (4xx/5xx in the common error shape) and transport failures raise
-`ExecutorError(status, code, message)`; transport failures have status 0. Episodes take minutes on the
+`ExecutorError(status, code, message)`; transport failures have status 0.
+Both clients are written once, in `_ExecutorCalls` (`skillos.clients.base`). Episodes take minutes on the
 embedded model: the default timeout is long.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from skillos.clients.base import AsyncHTTPClient, ServiceError, SyncHTTPClient, auth_headers, raise_for_error
+from skillos.clients.base import AsyncHTTPClient, ServiceClient, ServiceError, SyncHTTPClient, auth_headers
 from skillos.protocol.executor import (
     ActRequest,
     ActResponse,
@@ -34,32 +35,23 @@ class ExecutorError(ServiceError):
     pass
 
 
-def _raise_for(resp: httpx.Response) -> None:
-    raise_for_error(resp, ExecutorError)
-
-
-_headers = auth_headers
-
-
 def _body(model, request, fields: dict[str, Any]) -> dict[str, Any]:
     req = request if request is not None else model.model_validate(fields)
     return req.model_dump(mode="json", exclude_none=True)
 
 
-class AsyncExecutorClient(AsyncHTTPClient):
+class _ExecutorCalls(ServiceClient):
+    """The executor's calls, once; `ExecutorClient` and `AsyncExecutorClient` add the I/O."""
+
+    error = ExecutorError
+    unreachable = "executor at {base_url}: {kind}: {e}"
+
     def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.AsyncBaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token), timeout=timeout,
-                                       transport=transport)
+                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None):
+        self._open(base_url, auth_headers(token), timeout, transport)
 
     async def _post(self, path: str, body: dict) -> dict:
-        try:
-            resp = await self._http.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise ExecutorError(0, "unreachable", f"executor at {self.base_url}: {type(e).__name__}: {e}") from e
-        _raise_for(resp)
-        return resp.json()
+        return (await self._call("POST", path, json=body)).json()
 
     async def episode(self, request: EpisodeRequest | None = None, **fields) -> EpisodeResponse:
         """Run one episode: pass an `EpisodeRequest` or its fields (env, task_id, repo, k, ...)."""
@@ -72,30 +64,9 @@ class AsyncExecutorClient(AsyncHTTPClient):
         return JudgeResponse.model_validate(await self._post("/v1/judge", _body(JudgeRequest, request, fields)))
 
 
+class AsyncExecutorClient(_ExecutorCalls, AsyncHTTPClient):
+    pass
 
-class ExecutorClient(SyncHTTPClient):
+
+class ExecutorClient(_ExecutorCalls, SyncHTTPClient):
     """The synchronous twin of `AsyncExecutorClient`."""
-
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None):
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=_headers(token), timeout=timeout,
-                                  transport=transport)
-
-    def _post(self, path: str, body: dict) -> dict:
-        try:
-            resp = self._http.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise ExecutorError(0, "unreachable", f"executor at {self.base_url}: {type(e).__name__}: {e}") from e
-        _raise_for(resp)
-        return resp.json()
-
-    def episode(self, request: EpisodeRequest | None = None, **fields) -> EpisodeResponse:
-        return EpisodeResponse.model_validate(self._post("/v1/episodes", _body(EpisodeRequest, request, fields)))
-
-    def act(self, request: ActRequest | None = None, **fields) -> ActResponse:
-        return ActResponse.model_validate(self._post("/v1/act", _body(ActRequest, request, fields)))
-
-    def judge(self, request: JudgeRequest | None = None, **fields) -> JudgeResponse:
-        return JudgeResponse.model_validate(self._post("/v1/judge", _body(JudgeRequest, request, fields)))
-

@@ -85,6 +85,11 @@ class LLMClient:
                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
         self.total_usage = Usage()
 
+    @property
+    def model(self) -> str:
+        """The model this role asks for (`skillos.curation.ChatLLM`)."""
+        return self.settings.model
+
     async def __aenter__(self) -> Self:
         return self
 

@@ -3,6 +3,9 @@
 The op names are the paper's canonical curator tools: ``new_skill_insert``, ``skill_update``,
 ``skill_delete``. A call the service could not read still appears in ``calls`` with ``error`` set,
 so that every generated call has a verdict and the validity rate (r_fc) counts it.
+
+The op, the parsed call and the verdict are curation's own types (`skillos.curation`), re-exported
+here: this module only adds the request and response around them.
 """
 
 from __future__ import annotations
@@ -11,10 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# curation defines these and the wire uses them as they are; re-exported for the service and clients
+from skillos.curation import OP_NAMES, OpName, OpVerdict, ParsedCall  # noqa: F401
 from skillos.protocol.skillrepo import OpOrigin
-
-OP_NAMES = ("new_skill_insert", "skill_update", "skill_delete")
-OpName = Literal["new_skill_insert", "skill_update", "skill_delete"]
 
 
 class TrajectoryTurn(BaseModel):
@@ -42,27 +44,17 @@ class Trajectory(BaseModel):
     env_success: bool | None = Field(None, description="the environment's verdict; never shown to the curator")
 
 
+# A skill the executor retrieved for the episode, as the curator is shown it: the executor's
+# `skillos.protocol.executor.RetrievedSkill` with `body` sent as `content` (the wire name stays).
 class RetrievedSkill(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
     description: str = ""
-    content: str = Field("", description="the whole SKILL.md text (frontmatter and body)")
+    content: str = Field("", description="the skill's SKILL.md body (the instructions, without the frontmatter: "
+                                         "name and description are fields of their own); empty: the description "
+                                         "is shown instead")
     version: int | None = None
-
-
-class ParsedCall(BaseModel):
-    """One function call read from a completion: a name and arguments, or why it could not be read."""
-
-    name: str | None = None
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    source: Literal["tools", "json", "tag", "text"] = "tools"
-    error: str | None = None
-    raw: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 class CurateRequest(BaseModel):
@@ -78,20 +70,6 @@ class CurateRequest(BaseModel):
     idempotency_key: str | None = Field(None, max_length=200)
     origin: OpOrigin | None = Field(None, description="where the decision comes from (run, task), kept with the "
                                                       "ops in the repo's op log together with the call's id")
-
-
-class OpVerdict(BaseModel):
-    """The fate of one call: valid (and applied when apply was true) or refused with a reason."""
-
-    index: int
-    name: str | None
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    valid: bool
-    applied: bool = False
-    reason: str | None = None
-    skill_name: str | None = Field(None, description="the skill's name in the repo (normalized by it)")
-    skill_version: int | None = None
-    normalized: list[str] = Field(default_factory=list, description="what the service repaired (e.g. name slug)")
 
 
 class TokenTrace(BaseModel):

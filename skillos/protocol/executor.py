@@ -43,6 +43,8 @@ class SkillText(BaseModel):
     version: int | None = None
 
 
+# A skill retrieved for an episode. `body` is the SKILL.md body (no frontmatter); the curator's
+# `skillos.protocol.curator.RetrievedSkill` carries the same text as `content`.
 class RetrievedSkill(BaseModel):
     name: str
     description: str = ""

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Names of repos: like skill names but may contain '.', '_' and '/'-free segments; keep them URL-safe.
 REPO_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$"
-OP_NAMES = ("new_skill_insert", "skill_update", "skill_delete")
 
 
 class _Model(BaseModel):
@@ -136,7 +135,9 @@ class OpsRequest(_Model):
     origin: OpOrigin | None = Field(None, description="where the batch came from, kept in the op log")
 
 
-class OpVerdict(BaseModel):
+class OpOutcome(BaseModel):
+    """The repo's answer for one op of a batch. The curator folds it into its call's verdict
+    (`skillos.curation.OpVerdict`, via `skillos.curation.settle`)."""
     index: int
     name: str
     status: Literal["applied", "refused"]
@@ -149,7 +150,7 @@ class OpVerdict(BaseModel):
 class OpsResult(BaseModel):
     applied: bool = Field(..., description="true when the repo changed as requested (every op applied "
                                           "when atomic, at least the valid ones otherwise)")
-    verdicts: list[OpVerdict]
+    verdicts: list[OpOutcome]
     seq: int = Field(0, description="repo change counter after the batch")
     replayed: bool = Field(False, description="true when this answer was stored for the idempotency key")
 
@@ -165,7 +166,7 @@ class OpLogEntry(BaseModel):
     created_at: datetime
     origin: OpOrigin | None = None
     idempotency_key: str | None = None
-    ops: list[OpVerdict]
+    ops: list[OpOutcome]
 
 
 class OpLog(BaseModel):

@@ -139,7 +139,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         urls = {"skillrepo": skillrepo_url or settings.skillrepo_url,
                 "executor": executor_url or settings.executor_url,
                 "curator": curator_url or settings.curator_url,
-                "env": env_url or getattr(settings, f"{env}_url")}
+                "env": env_url or settings.env_url(env)}
         stack = None
         # kill, a CI timeout or a container stop sends SIGTERM: stop the stack this run started, as on Ctrl-C
         signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -216,6 +216,7 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
     try:
         response = await curator.curate(CurateRequest(
             trajectory=trajectory_of(episode, spec), self_judged_success=judged,
+            # the curator's `content` is the executor's `body`: the SKILL.md body, no frontmatter
             retrieved_skills=[RetrievedSkill(name=s.name, description=s.description, content=s.body,
                                              version=s.version) for s in episode.skills],
             repo=config.repo, apply=True, temperature=config.curator_temperature, seed=config.seed,

@@ -198,6 +198,8 @@ class Stack:
             env[f"SKILLOS_{role.upper()}_LLM_BASE_URL"] = llm["base_url"]
             env[f"SKILLOS_{role.upper()}_LLM_MODEL"] = llm["model"]
         env.setdefault("SKILLOS_DATABASE_URL", f"sqlite:///{self.dir / 'skillrepo.db'}")
+        # one replica of each env and no load balancer: nothing to drain to, `skillos down` stops at once
+        env.setdefault("SKILLOS_ENV_DRAIN_TIMEOUT_S", "0")
         env.update(self.extra_env)
         return env
 

@@ -13,9 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.curator.parsing import parse_curator_output, validate_call
-from services.curator.prompts import CURATOR_TOOLS, build_curator_messages, curator_json_schema
-from skillos.protocol.curator import ParsedCall
+from skillos.curation import (
+    CURATOR_TOOLS,
+    OP_NAMES,
+    ParsedCall,
+    build_curator_messages,
+    curator_json_schema,
+    parse_curator_output,
+    validate,
+)
+from skillos.curation.parse import MAX_CALLS
 
 DATA = Path(__file__).parent / "data"
 MALFORMED = json.loads((DATA / "malformed.json").read_text())
@@ -36,7 +43,7 @@ def _check(got: list[ParsedCall], expect: list[dict]) -> None:
         if "skill_name" in e:
             assert g.arguments.get("skill_name") == e["skill_name"]
         if "valid" in e:
-            _, reason, _ = validate_call(g)
+            reason = validate(g).reason
             assert (reason is None) == e["valid"], reason
 
 
@@ -52,20 +59,80 @@ def test_parser_on_recorded_real_completions(name):
     _check(parse_curator_output(record["content"], record["tool_calls"]), EXPECTATIONS[name])
 
 
+def _assert_every_call_judged(calls: list[ParsedCall]) -> None:
+    """What the curator relies on: a readable call names a known op, an unreadable one says why, calls past
+    MAX_CALLS are refused, and `validate` gives each one verdict that agrees with the parser."""
+    for i, call in enumerate(calls):
+        if call.error is None:
+            assert call.name in OP_NAMES, call
+            assert i < MAX_CALLS, "a call past MAX_CALLS must be refused"
+        else:
+            assert isinstance(call.error, str) and call.error.strip(), call
+        verdict = validate(call, i)
+        assert (verdict.index, verdict.name) == (i, call.name)
+        assert verdict.valid == (verdict.reason is None) == (verdict.op is not None)
+        if call.error is not None:
+            assert not verdict.valid and verdict.reason == call.error
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(list('{}[]":,<>/ abc_\n') + ["<tool_call>", "</tool_call>", "skill_delete",
                                                                "new_skill_insert", "(", ")", "'"]),
                 max_size=80).map("".join))
 def test_parser_never_raises(text):
-    for call in parse_curator_output(text, None):
-        assert call.ok or call.error  # every call is either readable or carries its reason
+    _assert_every_call_judged(parse_curator_output(text, None))
+
+
+_TOOL_KEYS = st.one_of(st.sampled_from(["name", "arguments", "function", "type", "id", "skill_name"]),
+                       st.text(max_size=10))
+_TOOL_VALUES = st.one_of(st.sampled_from([*OP_NAMES, "insert_skill", "rename_skill", '{"skill_name": "a"}',
+                                          '{"skill_name": "a", "content": "1. x"}', "[1]", "{"]),
+                         st.text(max_size=10))
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(st.text(max_size=50), st.dictionaries(st.text(max_size=10), st.text(max_size=10))),
-                max_size=4))
+@given(st.lists(st.one_of(st.text(max_size=50), st.dictionaries(_TOOL_KEYS, _TOOL_VALUES)), max_size=4))
 def test_parser_never_raises_on_odd_tool_calls(tool_calls):
-    parse_curator_output(None, tool_calls)
+    calls = parse_curator_output("new_skill_insert(skill_name='ignored', content='x')", tool_calls)
+    if tool_calls:   # structured tool calls win: one call each, the text is not read
+        assert len(calls) == len(tool_calls) and all(c.source == "tools" for c in calls)
+        for tc, call in zip(tool_calls, calls):
+            if not isinstance(tc, dict):
+                assert call.error == "tool call is not an object"
+            elif not isinstance(tc.get("name"), str):
+                assert call.error == "call has no function name"
+    else:
+        assert [(c.name, c.arguments) for c in calls] == [("new_skill_insert", {"skill_name": "ignored",
+                                                                                "content": "x"})]
+    _assert_every_call_judged(calls)
+
+
+def test_calls_past_max_calls_are_refused():
+    one = {"name": "skill_delete", "arguments": {"skill_name": "a"}}
+    calls = parse_curator_output(json.dumps({"calls": [one] * (MAX_CALLS + 2)}), None)
+    assert [c.error for c in calls[:MAX_CALLS]] == [None] * MAX_CALLS
+    assert all(c.error and f"more than {MAX_CALLS} calls" in c.error for c in calls[MAX_CALLS:])
+    assert len(calls) == MAX_CALLS + 2
+
+
+_PLAIN = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="`<>"), max_size=60)
+_SLUG = st.from_regex(r"[a-z0-9]{1,8}(-[a-z0-9]{1,8}){0,3}", fullmatch=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SLUG, _PLAIN, _PLAIN, st.sampled_from(["tools", "tag", "json", "fenced"]))
+def test_a_well_formed_call_is_read_back_exactly(skill_name, content, prose, surface):
+    args = {"skill_name": skill_name, "content": content}
+    call = {"name": "new_skill_insert", "arguments": args}
+    text, tool_calls = {
+        "tools": (prose, [{"type": "function", "function": {"name": "new_skill_insert",
+                                                            "arguments": json.dumps(args)}}]),
+        "tag": (f"<tool_call>{json.dumps(call)}</tool_call>", None),
+        "json": (json.dumps({"calls": [call]}), None),
+        "fenced": (f"{prose}\n```json\n{json.dumps(call)}\n```\n", None),
+    }[surface]
+    calls = parse_curator_output(text, tool_calls)
+    assert [(c.name, c.arguments, c.error) for c in calls] == [("new_skill_insert", args, None)]
 
 
 @pytest.mark.parametrize("name,args,reason", [
@@ -79,17 +146,19 @@ def test_parser_never_raises_on_odd_tool_calls(tool_calls):
     ("skill_delete", {"skill_name": "a", "force": True}, None),  # unknown argument dropped, noted
 ])
 def test_validate_call(name, args, reason):
-    cleaned, why, _ = validate_call(ParsedCall(name=name, arguments=args))
+    verdict = validate(ParsedCall(name=name, arguments=args))
     if reason is None:
-        assert why is None and cleaned is not None
-        assert "force" not in cleaned
+        assert verdict.valid and verdict.reason is None
+        assert "force" not in verdict.arguments
+        assert verdict.op.name == name and verdict.op.arguments() == verdict.arguments   # the typed op
     else:
-        assert why and reason in why
+        assert not verdict.valid and verdict.op is None
+        assert verdict.reason and reason in verdict.reason
 
 
 def test_validate_call_notes_name_normalization():
-    _, why, notes = validate_call(ParsedCall(name="skill_delete", arguments={"skill_name": "Heat Food"}))
-    assert why is None and any("heat-food" in n for n in notes)
+    verdict = validate(ParsedCall(name="skill_delete", arguments={"skill_name": "Heat Food"}))
+    assert verdict.valid and any("heat-food" in n for n in verdict.normalized)
 
 
 def test_messages_carry_task_outcome_and_skills():
@@ -121,7 +190,6 @@ def test_tool_and_json_schemas_agree_on_names():
 
 
 def test_json_mode_skill_fields_become_the_skill_content():
-    from services.curator.parsing import parse_curator_output, validate_call
     from skillos.skills import parse
 
     text = ('{"calls": [{"name": "new_skill_insert", "arguments": {"skill_name": "heat-then-place", '
@@ -130,18 +198,18 @@ def test_json_mode_skill_fields_become_the_skill_content():
             '{"name": "skill_update", "arguments": {"skill_name": "find-object", "description": "Find things.", '
             '"steps": ["go to PLACE", "open PLACE", "take OBJECT from PLACE"]}}]}')
     insert, update = parse_curator_output(text, None)
-    args, reason, _ = validate_call(insert)
-    assert reason is None and "steps" not in args and "description" not in args
+    verdict = validate(insert)
+    args = verdict.arguments
+    assert verdict.reason is None and "steps" not in args and "description" not in args
     doc = parse(args["content"])
     assert doc.description == "Heat an object: then put it somewhere."
     assert doc.body == "1. take OBJECT from PLACE\n2. go to microwave N\n3. heat OBJECT with microwave N"
-    args, reason, _ = validate_call(update)
-    assert reason is None and parse(args["new_content"]).body.startswith("1. go to PLACE\n2. open PLACE")
+    verdict = validate(update)
+    assert verdict.reason is None
+    assert parse(verdict.arguments["new_content"]).body.startswith("1. go to PLACE\n2. open PLACE")
 
 
 def test_json_mode_schema_asks_for_three_to_six_steps():
-    from services.curator.prompts import curator_json_schema
-
     items = curator_json_schema(1, 2)["properties"]["calls"]["items"]["anyOf"]
     insert = items[0]["properties"]["arguments"]
     assert insert["required"] == ["skill_name", "description", "steps"]
@@ -153,8 +221,6 @@ def test_json_mode_schema_asks_for_three_to_six_steps():
 
 
 def test_json_mode_schema_offers_edits_only_of_the_skills_shown():
-    from services.curator.prompts import curator_json_schema
-
     def ops(schema):
         return {o["properties"]["name"]["const"]: o["properties"]["arguments"]["properties"]["skill_name"]
                 for o in schema["properties"]["calls"]["items"]["anyOf"]}

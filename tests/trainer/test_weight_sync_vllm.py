@@ -148,7 +148,7 @@ def test_vllm_lora_serves_the_adapter_under_its_name(served, cache, tok, prompts
     assert sorted(p.name for p in sync.weights_dir.glob("step-*")) == ["step-000002", "step-000003"]
 
     # the curator service's own client, configured the documented way, gets the adapter's tokens
-    from services.curator.serving import token_trace
+    from skillos.curation import token_trace
     from skillos.llm import LLMClient, LLMSettings
 
     monkeypatch.setenv("SKILLOS_CURATOR_LLM_BASE_URL", f"{server.url}/v1")

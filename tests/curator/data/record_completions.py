@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from services.curator.prompts import CURATOR_TOOLS, build_curator_messages, curator_json_schema
+from skillos.curation import CURATOR_TOOLS, build_curator_messages, curator_json_schema
 from skillos.llm import LLMClient, LLMSettings
 
 HERE = Path(__file__).parent

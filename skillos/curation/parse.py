@@ -1,10 +1,11 @@
-"""Reading the curator's function calls out of a completion, and checking each one.
+"""Reading the curator's function calls out of a completion. No I/O; never raises.
 
-`parse_curator_output` never raises: a call it cannot read comes back as a `ParsedCall` with
-``error`` set, so it becomes a refused op with a reason (and counts against r_fc) instead of a crash.
-Order of preference: the backend's structured ``tool_calls``; else ``<tool_call>`` tags; else JSON
-(fenced blocks or bare objects, in the shapes small models tend to print); else Python-style calls
-such as ``skill_delete(skill_name="x")``.
+A call it cannot read comes back as a `ParsedCall` with ``error`` set, so it becomes a refused op
+with a reason (and counts against r_fc) instead of a crash. Order of preference: the backend's
+structured ``tool_calls``; else ``<tool_call>`` tags; else JSON (fenced blocks or bare objects, in
+the shapes small models tend to print); else Python-style calls such as ``skill_delete(skill_name="x")``.
+
+Parsing only reads; whether a call is a valid op is `validate.validate`'s job.
 """
 
 from __future__ import annotations
@@ -12,11 +13,27 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, Field
 
-from skillos.protocol.curator import OP_NAMES, ParsedCall
+from skillos.curation.ops import OP_NAMES, parameters
+
+
+class ParsedCall(BaseModel):
+    """One function call read from a completion: a name and arguments, or why it could not be read."""
+
+    name: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    source: Literal["tools", "json", "tag", "text"] = "tools"
+    error: str | None = None
+    raw: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -175,9 +192,7 @@ def _parse_python_calls(content: str) -> list[ParsedCall]:
             out.append(ParsedCall(name=name, source="text", raw=snippet[:300],
                                   error=f"arguments of {name}(...) must be literal strings"))
             continue
-        order = {"new_skill_insert": ["skill_name", "content"], "skill_update": ["skill_name", "new_name",
-                 "new_content"], "skill_delete": ["skill_name"]}[name]
-        for key, value in zip(order, positional):
+        for key, value in zip(parameters(name), positional):   # positional: the signature's order
             args.setdefault(key, value)
         out.append(ParsedCall(name=name, arguments=args, source="text", raw=snippet[:300]))
     return out
@@ -235,49 +250,3 @@ def parse_curator_output(content: str | None, tool_calls: list[dict[str, Any]] |
     for call in calls[MAX_CALLS:]:
         call.error = call.error or f"more than {MAX_CALLS} calls in one decision"
     return calls
-
-
-# ---- checking one call's arguments --------------------------------------------------------------
-
-_REQUIRED = {"new_skill_insert": ("skill_name", "content"), "skill_update": ("skill_name",),
-             "skill_delete": ("skill_name",)}
-_ALLOWED = {"new_skill_insert": {"skill_name", "content"},
-            "skill_update": {"skill_name", "new_name", "new_content"}, "skill_delete": {"skill_name"}}
-
-
-def validate_call(call: ParsedCall) -> tuple[dict[str, Any] | None, str | None, list[str]]:
-    """Check one parsed call: (clean arguments, None, notes) or (None, reason, notes).
-
-    The checks are the skill repo's own rules (`skillos.skills`), so a call that passes here is
-    refused by the repo only for state reasons (the skill exists / does not exist). Unknown extra
-    arguments and empty optional ones are dropped and noted; names are normalized by the repo.
-    """
-    from skillos.skills import SkillFormatError, normalize_name, skill_from_call
-
-    notes: list[str] = []
-    if call.error:
-        return None, call.error, notes
-    name = call.name or ""
-    args = dict(call.arguments)
-    for key in [k for k in args if k not in _ALLOWED[name]]:
-        args.pop(key)
-        notes.append(f"dropped unknown argument {key!r}")
-    for key in [k for k in ("new_name", "new_content") if k in args and args[k] in (None, "")]:
-        args.pop(key)
-    for key in _REQUIRED[name]:
-        if not isinstance(args.get(key), str) or not args[key].strip():
-            return None, f"{name} needs a non-empty string argument {key!r}", notes
-    if name == "skill_update" and "new_name" not in args and "new_content" not in args:
-        return None, "skill_update needs new_content, new_name or both", notes
-    try:
-        for key in ("skill_name", "new_name"):
-            if key in args:
-                fixed = normalize_name(args[key])
-                if fixed != args[key]:
-                    notes.append(f"{key} {args[key]!r} becomes {fixed!r}")
-        for key in ("content", "new_content"):
-            if key in args:
-                skill_from_call(args.get("new_name") or args["skill_name"], args[key])
-    except SkillFormatError as e:
-        return None, f"{e.code}: {e.message}", notes
-    return args, None, notes

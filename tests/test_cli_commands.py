@@ -1,0 +1,40 @@
+"""The `skillos` command finds every part's commands through the entry points in pyproject.toml."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules_with_register() -> set[str]:
+    found = set()
+    for path in [*ROOT.glob("services/*/cli.py"), *ROOT.glob("skillos/**/cli.py")]:
+        tree = ast.parse(path.read_text())
+        if any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body):
+            found.add(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    return found
+
+
+def test_every_part_with_commands_is_declared_and_installed():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["skillos.commands"]
+    assert {v.split(":")[0] for v in declared.values()} == _modules_with_register()
+    installed = {ep.name: ep.value for ep in entry_points(group="skillos.commands")}
+    assert installed == declared, "the installed entry points differ from pyproject.toml: re-run `make setup`"
+
+
+def test_the_core_names_no_service():
+    source = (ROOT / "skillos" / "cli" / "__init__.py").read_text()
+    assert "services." not in source
+
+
+def test_serve_lists_every_service():
+    out = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, check=True).stdout
+    for name in ("skillrepo", "alfworld", "webshop", "reasoning", "executor", "curator", "console", "llm"):
+        assert name in out
