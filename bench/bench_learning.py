@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from skillos.stream.stats import paired
+from harness.stats import paired
 
 ROOT = Path(__file__).resolve().parent.parent
 

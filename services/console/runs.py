@@ -1,6 +1,6 @@
 """Report folders of `skillos run` and `skillos train`, as the console reads them.
 
-A stream run (`skillos run`, `skillos.stream.report`) has ``run.json`` (status, config, repos) and
+A stream run (`skillos run`, `harness.report`) has ``run.json`` (status, config, repos) and
 ``tasks.jsonl`` (a line per task as it ends) while it goes on, then ``summary.json``, ``tasks/*.json``
 and plots; older folders have only the latter. A training run (`skillos train`) has ``config.json``,
 ``metrics.jsonl`` (a line per step), ``rollouts/step-NNNNNN.jsonl`` and, at the end, ``summary.json``.

@@ -1,6 +1,6 @@
 """Rollouts: one pass of the curator policy over a whole task group, on its own fresh repo.
 
-The stream itself is `skillos.stream.loop.run_stream` (executor episode over HTTP → self-judge
+The stream itself is `harness.loop.run_stream` (executor episode over HTTP → self-judge
 → curate → ops applied by the skill repo), so training sees exactly the production loop. Each
 curation decision is `skillos.curation.curate` (prompt, parsing, validation, non-atomic apply with
 per-op verdicts: the code the curator service runs), with either
@@ -198,7 +198,7 @@ class RolloutContext:
 
 
 async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: int, seed: int) -> RolloutResult:
-    from skillos.stream.loop import StreamConfig, TaskSpec, run_stream
+    from harness.loop import StreamConfig, TaskSpec, run_stream
 
     repo = f"{ctx.run_id}-s{step}-{group.id}-r{n}-a{attempt}"[-128:].lstrip("-")
     start = time.perf_counter()

@@ -197,8 +197,6 @@ class _SkillRepoCalls(ServiceClient):
                                 params={"content": str(content).lower()})
         return [SkillVersion.model_validate(v) for v in resp.json()["versions"]]
 
-    history = skill_versions
-
     async def skill_version(self, repo: str, name: str, version: int) -> SkillVersion:
         """One version of a skill, with its document."""
         resp = await self._call("GET", f"{_skill_path(repo, name)}/versions/{int(version)}")

@@ -15,9 +15,8 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skillos.clients.skillrepo import SkillRepoClient
-from skillos.stream.loop import OpRecord, TaskRecord
-from skillos.stream.report import (
+from harness.loop import OpRecord, TaskRecord
+from harness.report import (
     RunLog,
     StreamRun,
     summarize,
@@ -25,6 +24,7 @@ from skillos.stream.report import (
     write_summary,
     write_task_records,
 )
+from skillos.clients.skillrepo import SkillRepoClient
 
 TYPES = ("pick", "clean", "heat", "cool", "look", "pick2")
 OBJECTS = ("apple", "mug", "potato", "egg", "tomato", "bread", "lettuce", "cup", "plate", "knife")

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from console_data import StreamPlan, apply_run_ops, write_stream_run
 
+from harness.stack import StackState, healthy
 from skillos.clients.skillrepo import SkillRepoClient
-from skillos.stream.stack import StackState, healthy
 from tests.conftest import free_port_offset, skillos_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
 from services.trainer.config import SyncConfig, TrainConfig
 from services.trainer.policy import apply_lora, encode_prompt, load_policy
 from services.trainer.sync import WeightSync, WeightSyncError
-from services.trainer.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
 
 pytestmark = [
     pytest.mark.slow,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillos.stream.loop import TaskRecord
+from harness.loop import TaskRecord
 
 
 @dataclass

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from harness.loop import OpRecord, TaskRecord, TaskSpec, skills_used
+from harness.report import StreamRun, summarize, summary_markdown, write_plots
+from harness.runner import order_tasks
 from skillos.protocol.executor import EpisodeResponse, RetrievedSkill, Timing, TokenCount, Turn
-from skillos.stream.loop import OpRecord, TaskRecord, TaskSpec, skills_used
-from skillos.stream.report import StreamRun, summarize, summary_markdown, write_plots
-from skillos.stream.runner import order_tasks
 
 
 def _tasks():
@@ -81,7 +81,7 @@ def test_summary_metrics_and_plots(tmp_path):
 
 
 def test_run_log_appends_a_line_per_task_and_records_the_status(tmp_path):
-    from skillos.stream.report import RunLog
+    from harness.report import RunLog
 
     live = RunLog(tmp_path, {"run_id": "run-x", "env": "alfworld"}, total=3, repos=["run-x-s0"])
     state = json.loads((tmp_path / "run.json").read_text())

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skillos.stream.stack import Stack, StackState, healthy
+from harness.stack import Stack, StackState, healthy
 from tests.conftest import ROOT, SHARED_DATA, free_port, run_service
 
 pytestmark = [pytest.mark.timeout(3000),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from skillos.stream.stack import SERVICES, StackState
+from harness.stack import SERVICES, StackState
 
 
 def expected_data_dir(env: str) -> Path | None:

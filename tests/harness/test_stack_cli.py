@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from skillos.stream.stack import StackState, healthy
+from harness.stack import StackState, healthy
 from tests.conftest import free_port_offset, skillos_cli
 
 pytestmark = pytest.mark.timeout(900)

@@ -22,7 +22,7 @@ import httpx
 
 from skillos.net import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SERVED_NAME = "smollm2"
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from skillos.stream.stats import bootstrap_ci, mcnemar_exact, paired
+from harness.stats import bootstrap_ci, mcnemar_exact, paired
 
 
 def test_mcnemar_exact_by_hand():

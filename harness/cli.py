@@ -34,8 +34,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
 
         from rich.console import Console
 
+        from harness.stack import Stack, running_stack
         from skillos.cli.common import fail
-        from skillos.stream.stack import Stack, running_stack
 
         console = Console(stderr=True)
         if running_stack():
@@ -77,7 +77,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
     @app.command("down")
     def down() -> None:
         """Stop the stack started by `skillos up`."""
-        from skillos.stream.stack import StackState, stack_dir, stop_state
+        from harness.stack import StackState, stack_dir, stop_state
 
         path = stack_dir() / "stack.json"
         state = StackState.load(path)
@@ -122,11 +122,11 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from harness.attach import env_problems, free_port_offset, llm_problems
+        from harness.runner import RunOptions, run_job
+        from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
         from skillos.cli.common import fail
         from skillos.settings import CommonSettings
-        from skillos.stream.attach import env_problems, free_port_offset, llm_problems
-        from skillos.stream.runner import RunOptions, run_job
-        from skillos.stream.stack import ENVS, Stack, healthy, running_stack, stack_dir
 
         console = Console(stderr=True)
         if env not in ENVS:

@@ -10,12 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillos.clients.curator import AsyncCuratorClient
-from skillos.clients.envs import AsyncEnvClient
-from skillos.clients.executor import AsyncExecutorClient
-from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
-from skillos.stream.loop import StreamConfig, TaskRecord, TaskSpec, run_stream
-from skillos.stream.report import (
+from harness.loop import StreamConfig, TaskRecord, TaskSpec, run_stream
+from harness.report import (
     RunLog,
     StreamRun,
     export_skills,
@@ -24,6 +20,10 @@ from skillos.stream.report import (
     write_summary,
     write_task_records,
 )
+from skillos.clients.curator import AsyncCuratorClient
+from skillos.clients.envs import AsyncEnvClient
+from skillos.clients.executor import AsyncExecutorClient
+from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 
 DEFAULT_SPLITS = {"alfworld": "valid_seen", "webshop": "test", "reasoning": "test"}
 
