@@ -16,9 +16,9 @@ from harness.stack import SERVICES, StackState
 
 def expected_data_dir(env: str) -> Path | None:
     """The data directory this process would give the env server (None: the env's built-in set)."""
-    from skillos.settings import CommonSettings
+    from skillos.settings import EnvDataSettings
 
-    value = getattr(CommonSettings(), f"{env}_data", None)
+    value = getattr(EnvDataSettings(), f"{env}_data", None)
     return Path(value).resolve() if value else None
 
 

@@ -126,7 +126,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from harness.runner import RunOptions, run_job
         from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
         from skillos.cli.common import fail
-        from skillos.settings import CommonSettings
+        from skillos.settings import StackSettings
 
         console = Console(stderr=True)
         if env not in ENVS:
@@ -135,7 +135,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             fail(f"unknown method {method!r}: use none or skillos")
         if order not in ("grouped", "shuffled"):
             fail(f"unknown order {order!r}: use grouped or shuffled")
-        settings = CommonSettings()
+        settings = StackSettings()
         urls = {"skillrepo": skillrepo_url or settings.skillrepo_url,
                 "executor": executor_url or settings.executor_url,
                 "curator": curator_url or settings.curator_url,

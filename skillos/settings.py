@@ -1,8 +1,11 @@
-"""Settings shared by every part. Each part subclasses `CommonSettings` in its own `settings.py`.
+"""The settings every part is built from. Each service has one settings class in its own
+`settings.py` that composes only the pieces below it reads: the skill repo knows no URL, an env server
+knows its data and no other service, the executor knows the skill repo and the env servers.
 
 All names are environment variables prefixed ``SKILLOS_`` (a ``.env`` file in the working directory
 is read too). The same names are used in docker-compose, the Helm values and the CLI options, and
-`all_settings_classes()` lists them for the test that checks that.
+`all_settings_classes()` lists them for the test that checks that. Deployments may hand every
+container one shared environment: a class ignores the names it does not read.
 """
 
 from __future__ import annotations
@@ -21,33 +24,61 @@ DEFAULT_SHARED_DATA = _REPO_ROOT.parent / "shared" / "data"
 
 
 class CommonSettings(BaseSettings):
+    """What every process reads: how it logs."""
+
     model_config = SettingsConfigDict(env_prefix="SKILLOS_", env_file=".env", extra="ignore")
 
     # logging: "json" for machines (default in deployment), "console" for people
     log_level: str = "INFO"
     log_format: str = "json"
 
+
+class ApiTokenSettings(CommonSettings):
+    """For a process that calls other SkillOS services."""
+
     # bearer token this process sends to other SkillOS services (empty: none)
     api_token: str = ""
 
-    # where the other services are (defaults: ARCHITECTURE.md ports on loopback)
+
+class SkillRepoAddress(CommonSettings):
+    # where the skill repo is (defaults: ARCHITECTURE.md ports on loopback)
     skillrepo_url: str = "http://127.0.0.1:8001"
-    executor_url: str = "http://127.0.0.1:8002"
-    curator_url: str = "http://127.0.0.1:8003"
+
+
+class EnvAddresses(CommonSettings):
+    # where the env servers are
     alfworld_url: str = "http://127.0.0.1:8010"
     webshop_url: str = "http://127.0.0.1:8011"
     reasoning_url: str = "http://127.0.0.1:8012"
-    console_url: str = "http://127.0.0.1:8004"   # the web console (`skillos run` links to it when it is up)
-
-    # data directories, honoured by every command (serve, up, run, group, train)
-    alfworld_data: Path = DEFAULT_SHARED_DATA / "alfworld"
-    webshop_data: Path = DEFAULT_SHARED_DATA / "webshop"
-    reasoning_data: Path | None = None  # None: the small demonstration set shipped with the package
 
     def env_url(self, env: str) -> str:
         """Where the env server of ``env`` (alfworld, webshop, reasoning) is: ``SKILLOS_<ENV>_URL``.
         The one env-name -> URL mapping; an unknown env raises KeyError."""
         return {"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url}[env]
+
+
+class EnvDataSettings(CommonSettings):
+    """Where the data sets are: read by the env servers, and by the commands that start them
+    (`skillos up`, `run`, `train`) or fetch the data (`skillos data`)."""
+
+    alfworld_data: Path = DEFAULT_SHARED_DATA / "alfworld"
+    webshop_data: Path = DEFAULT_SHARED_DATA / "webshop"
+    reasoning_data: Path | None = None  # None: the small demonstration set shipped with the package
+
+
+class ServiceAddresses(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
+    """Where every service is, and the token to call them: a client of the whole stack (the
+    trainer's rollouts, a one-off CLI call to a service)."""
+
+    executor_url: str = "http://127.0.0.1:8002"
+    curator_url: str = "http://127.0.0.1:8003"
+
+
+class StackSettings(ServiceAddresses, EnvDataSettings):
+    """The harness's commands (`skillos run`, `up`, `group`): they call every service, start the
+    env servers on their data, and link to the console."""
+
+    console_url: str = "http://127.0.0.1:8004"   # the web console (`skillos run` links to it when it is up)
 
 
 class CurationSettings(CommonSettings):
@@ -81,7 +112,8 @@ class CurationSettings(CommonSettings):
 
 
 def all_settings_classes() -> list[type[BaseSettings]]:
-    """Every settings class of the project (for the compose/Helm/code name consistency test)."""
+    """Every settings class of the project that is imported (for the compose/Helm/code name
+    consistency test, which imports each part's settings module first)."""
     seen: list[type[BaseSettings]] = []
     stack = [CommonSettings]
     while stack:

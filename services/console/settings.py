@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skillos.settings import CommonSettings
+from skillos.settings import SkillRepoAddress
 
 
-class ConsoleSettings(CommonSettings):
+class ConsoleSettings(SkillRepoAddress):
     # report folders of `skillos run` (runs/<timestamp>/) and `skillos train` (output_dir), one level deep
     console_runs_dir: Path = Path("runs")
     # how long a login lasts without use (seconds); sessions live in the console's memory

@@ -35,9 +35,9 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from skillos.cli.common import print_json
         from skillos.clients.curator import AsyncCuratorClient
         from skillos.protocol.curator import CurateRequest
-        from skillos.settings import CommonSettings
+        from skillos.settings import ServiceAddresses
 
-        settings = CommonSettings()
+        settings = ServiceAddresses()
         req = CurateRequest.model_validate(json.loads(request_file.read_text()))
 
         async def go():

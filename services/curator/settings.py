@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from skillos.settings import CurationSettings
+from skillos.settings import ApiTokenSettings, CurationSettings, SkillRepoAddress
 
 
-class CuratorSettings(CurationSettings):
+class CuratorSettings(CurationSettings, ApiTokenSettings, SkillRepoAddress):
+    """The curator reads the skill repo and applies its ops there."""
+
     # content judge (r_cnt): "llm" asks the judge role's model, "heuristic" scores structure and
     # generality without a model
     curator_judge_backend: Literal["llm", "heuristic"] = "llm"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from skillos.settings import CommonSettings
+from skillos.settings import EnvDataSettings
 
 
-class EnvServerSettings(CommonSettings):
+class EnvServerSettings(EnvDataSettings):
+    """An env server reads where its data is and how it runs sessions; it calls no other service."""
+
     # Behind a load balancer with more than one replica (see services/envs/README.md, "Replicas"):
     # the address clients reach this replica at, returned with every new session as `session_url`; the
     # client sends the session's later calls there. `{hostname}`, `{ip}` and `{port}` are replaced by this

@@ -7,10 +7,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from skillos.settings import CommonSettings
+from skillos.settings import ApiTokenSettings, EnvAddresses, SkillRepoAddress
 
 
-class ExecutorSettings(CommonSettings):
+class ExecutorSettings(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
+    """The executor calls the skill repo (retrieval) and the env servers (episodes)."""
+
     # episodes run at the same time in this process; more wait (the LLM backend is the bottleneck)
     executor_max_concurrent_episodes: int = Field(8, ge=1)
     # HTTP timeout towards env servers and the skill repo

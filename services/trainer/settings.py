@@ -1,9 +1,10 @@
-"""Service URLs and data paths the trainer uses (the common SKILLOS_* settings)."""
+"""The trainer's settings: its rollouts call every service over HTTP (env servers for the task
+streams, the executor, the curator and the skill repo); its hyperparameters are `TrainConfig`."""
 
 from __future__ import annotations
 
-from skillos.settings import CommonSettings
+from skillos.settings import ServiceAddresses
 
 
-class TrainerSettings(CommonSettings):
+class TrainerSettings(ServiceAddresses):
     pass

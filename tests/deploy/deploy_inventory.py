@@ -2,7 +2,7 @@
 
 Sources, all read from the code itself (nothing listed by hand):
 - every ``CommonSettings`` subclass (``skillos.settings.all_settings_classes()``) after importing
-  each part's settings module; env var = ``SKILLOS_<FIELD>``;
+  each part's settings module (and the env servers' per-environment ones); env var = ``SKILLOS_<FIELD>``;
 - the LLM role settings of ``skillos.llm.settings`` (``SKILLOS_LLM_<FIELD>`` shared by all roles,
   ``SKILLOS_<ROLE>_LLM_<FIELD>`` per role);
 - command-line options bound to an environment variable (``envvar="SKILLOS_..."`` in ``cli.py``).
@@ -89,9 +89,12 @@ def collect() -> Inventory:
             inv.missing_parts[part] = f"{module.replace('.', '/')}.py does not exist"
             continue
         mod = importlib.import_module(module)
-        for obj in vars(mod).values():
-            if isinstance(obj, type) and issubclass(obj, common.CommonSettings) and obj.__module__ == module:
-                inv.classes[part] = obj
+        defined = [obj for obj in vars(mod).values()
+                   if isinstance(obj, type) and issubclass(obj, common.CommonSettings) and obj.__module__ == module]
+        if defined:
+            # a part's settings class is the widest one its module defines (skillos.settings: StackSettings,
+            # everything the harness's commands read; a service module defines just its own)
+            inv.classes[part] = max(defined, key=lambda cls: len(cls.model_fields))
 
     for cls in common.all_settings_classes():
         for fname, finfo in cls.model_fields.items():

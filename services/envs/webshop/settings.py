@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from skillos.settings import CommonSettings
+from skillos.settings import EnvDataSettings
 
 
-class WebShopSettings(CommonSettings):
+class WebShopSettings(EnvDataSettings):
     # file names inside the data directory; empty: the first found of the known names
     # (items_shuffle_1000.json, items_shuffle_1000.reconstructed.json, items_shuffle.json; ...)
     webshop_products_file: str = ""
