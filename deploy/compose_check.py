@@ -3,8 +3,9 @@
 Builds the CPU images (skillrepo, envs, executor, curator, llm, trainer) with BuildKit, brings the
 `cpu` profile up with the Compose found on the machine (v2 as is; v1, docker-compose 1.29, from the
 file deploy/compose_v1.py generates), waits until every container is healthy, inserts and searches
-a skill through the published skill-repo port with the token, plays one executor episode on the
-reasoning env, takes the stack down and up again and checks the skill is still there, optionally
+a skill through the published skill-repo port with the token (BM25, then hybrid: the image's encoder),
+plays one executor episode on the reasoning env, takes the stack down and up again and checks the skill
+is still there (BM25 and dense, its vector read back from PostgreSQL), optionally
 runs the trainer profile for one GRPO step, removes the stack and its volumes, and prints one
 summary line with the times. Takes tens of minutes; not part of `make test`.
 
@@ -294,12 +295,14 @@ def skill_roundtrip(port: int, token: str) -> None:
     search_finds(port, token)
 
 
-def search_finds(port: int, token: str) -> None:
+def search_finds(port: int, token: str, mode: str = "bm25") -> None:
+    """The skill is found; mode dense or hybrid also proves the image carries the encoder and loads it."""
     q = urllib.parse.quote("how many minutes between 9:40 and 13:05")
-    code, body = http("GET", f"http://127.0.0.1:{port}/v1/repos/{REPO}/search?q={q}&k=3", token)
+    code, body = http("GET", f"http://127.0.0.1:{port}/v1/repos/{REPO}/search?q={q}&k=3&mode={mode}", token,
+                      timeout=300)
     hits = [h["name"] for h in body.get("hits", [])] if code == 200 else []
     if SKILL["name"] not in hits:
-        raise CheckFailed(f"search did not find {SKILL['name']}: {code} {body}")
+        raise CheckFailed(f"{mode} search did not find {SKILL['name']}: {code} {body}")
 
 
 def play_episode(port: int, token: str) -> dict:
@@ -417,6 +420,10 @@ def main() -> int:
         skill_roundtrip(ports["skillrepo"], token)
         log(f"skill inserted and found through 127.0.0.1:{ports['skillrepo']} with the token (401 without)")
         t = time.monotonic()
+        search_finds(ports["skillrepo"], token, "hybrid")
+        numbers["first_hybrid_search_s"] = round(time.monotonic() - t, 1)
+        log(f"hybrid search found it too, {numbers['first_hybrid_search_s']}s with loading the encoder")
+        t = time.monotonic()
         ep = play_episode(ports["executor"], token)
         numbers["episode_s"] = round(time.monotonic() - t, 1)
         log(f"episode {ep['task_id']}: success={ep['success']} stop={ep['stop_reason']} "
@@ -428,6 +435,7 @@ def main() -> int:
         wait_healthy(docker, project, expected, timeout)
         numbers["restart_healthy_s"] = round(time.monotonic() - t, 1)
         search_finds(ports["skillrepo"], token)
+        search_finds(ports["skillrepo"], token, "dense")  # its vector is read back from PostgreSQL
         log(f"down/up: healthy again in {numbers['restart_healthy_s']}s, the skill survived")
 
         if os.environ.get("SKILLOS_CHECK_TRAINER") == "1":

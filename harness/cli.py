@@ -103,6 +103,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             concurrency: int = typer.Option(1, "--concurrency", min=1, help="episodes in flight at once"),
             out: Path = OutOption,
             k: int = typer.Option(5, "--k", min=0, help="skills retrieved per task"),
+            retrieval: str = typer.Option("bm25", "--retrieval",
+                                          help="how skills are searched: bm25 (the paper's) | dense | hybrid"),
             max_turns: int = typer.Option(30, "--max-turns", min=1),
             history_len: int = typer.Option(30, "--history-len", min=0,
                                              help="past steps shown in full (paper: 3; older ones as actions)"),
@@ -135,6 +137,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             fail(f"unknown method {method!r}: use none or skillos")
         if order not in ("grouped", "shuffled"):
             fail(f"unknown order {order!r}: use grouped or shuffled")
+        if retrieval not in ("bm25", "dense", "hybrid"):
+            fail(f"unknown retrieval {retrieval!r}: use bm25, dense or hybrid")
         settings = StackSettings()
         urls = {"skillrepo": skillrepo_url or settings.skillrepo_url,
                 "executor": executor_url or settings.executor_url,
@@ -192,7 +196,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         methods = [method] + (["none"] if method == "skillos" and baseline else [])
         opts = RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds,
                           task_type=task_type, per_type=per_type,
-                          order=order, concurrency=concurrency, k=k, max_turns=max_turns, history_len=history_len,
+                          order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns, history_len=history_len,
                           out=out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), self_judge=not oracle_judge,
                           urls=urls, token=settings.api_token or None,
                           llms=state.role_llms if state and state.url("executor") == urls["executor"] else {})

@@ -25,7 +25,7 @@ from skillos.protocol.executor import (
     JudgeRequest,
     JudgeResponse,
 )
-from skillos.protocol.skillrepo import OpOrigin
+from skillos.protocol.skillrepo import OpOrigin, SearchMode
 
 Method = Literal["none", "skillos"]
 
@@ -54,6 +54,7 @@ class StreamConfig:
     method: Method = "skillos"
     repo: str | None = None  # required for method "skillos"
     k: int = 5
+    retrieval: SearchMode = "bm25"  # how the executor searches the repo (bm25 is the paper's)
     max_turns: int = 30
     history_len: int = 30
     seed: int | None = None
@@ -185,7 +186,7 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
     try:
         episode = await executor.episode(EpisodeRequest(
             env=config.env, task_id=spec.id, repo=config.repo if use_repo else None, k=config.k if use_repo else 0,
-            max_turns=config.max_turns, history_len=config.history_len, seed=config.seed))
+            retrieval=config.retrieval, max_turns=config.max_turns, history_len=config.history_len, seed=config.seed))
     except Exception as e:  # noqa: BLE001 - an episode that could not run is a failed task with its reason
         record.error = f"episode failed: {type(e).__name__}: {e}"
         record.stop_reason = "error"

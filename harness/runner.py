@@ -40,6 +40,7 @@ class RunOptions:
     order: str = "grouped"
     concurrency: int = 1
     k: int = 5
+    retrieval: str = "bm25"  # bm25 | dense | hybrid: how the executor searches the repo
     max_turns: int = 30
     history_len: int = 30
     out: Path = Path("runs")
@@ -118,7 +119,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
         semaphore = asyncio.Semaphore(max(1, opts.concurrency))
         plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
-                  "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order, "k": opts.k,
+                  "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order,
+                  "k": opts.k, "retrieval": opts.retrieval,
                   "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
                   "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
                   "models": await describe_models(opts.llms)}
@@ -137,7 +139,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
             if method == "skillos":
                 repo = f"{run_id}-s{seed}"
                 await repo_client.create_repo(repo)
-            stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, max_turns=opts.max_turns,
+            stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, retrieval=opts.retrieval,
+                                  max_turns=opts.max_turns,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
                                   curator_temperature=opts.curator_temperature, run_id=run_id)
             records = await run_stream(order_tasks(tasks, opts.order, seed), stream, executor=executor,

@@ -44,3 +44,12 @@ def test_serve_lists_every_service():
                          text=True, timeout=120, cwd=ROOT, check=True).stdout
     for name in ("skillrepo", "alfworld", "webshop", "reasoning", "executor", "curator", "console", "llm"):
         assert name in out
+
+
+def test_run_refuses_bad_options_before_anything_starts():
+    """An unknown method, order or retrieval mode is a clear error, not a started stack."""
+    for args, says in ((["--method", "memgpt"], "unknown method"), (["--order", "random"], "unknown order"),
+                       (["--retrieval", "semantic"], "unknown retrieval")):
+        proc = subprocess.run([sys.executable, "-m", "skillos.cli", "run", "--no-start", *args], capture_output=True, check=False,
+                              text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode != 0 and says in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)

@@ -47,6 +47,7 @@ from skillos.protocol.executor import (
     TokenCount,
     Turn,
 )
+from skillos.protocol.skillrepo import SearchMode
 
 log = get_logger("executor")
 
@@ -121,8 +122,8 @@ class SkillSource:
 
         self._client = AsyncSkillRepoClient(base_url, token=token or None, timeout=timeout)
 
-    async def search(self, repo: str, query: str, k: int) -> list[RetrievedSkill]:
-        hits = await self._client.search(repo, query, k)
+    async def search(self, repo: str, query: str, k: int, mode: SearchMode = "bm25") -> list[RetrievedSkill]:
+        hits = await self._client.search(repo, query, k, mode)
         return [RetrievedSkill(name=h.name, description=h.description, version=h.version, score=h.score,
                                body=h.body) for h in hits]
 
@@ -164,7 +165,7 @@ class Executor:
         return self._envs[name]
 
     async def skills_for(self, query: str, repo: str | None, inline: list[SkillText] | None,
-                         k: int) -> list[RetrievedSkill]:
+                         k: int, mode: SearchMode = "bm25") -> list[RetrievedSkill]:
         if inline is not None:
             return [RetrievedSkill(name=s.name, description=s.description, version=s.version, body=s.body)
                     for s in inline[:k]]
@@ -176,7 +177,7 @@ class Executor:
         from skillos.clients.skillrepo import SkillRepoError
 
         try:
-            return await self._skills.search(repo, query, k)
+            return await self._skills.search(repo, query, k, mode)
         except SkillRepoError as e:
             if 400 <= e.status < 500:
                 raise APIError(e.status if e.status in (404, 422) else 400, e.code,
@@ -201,7 +202,7 @@ class Executor:
             raise _env_error_to_api(e, f"{req.env} env at {env.base_url}") from e
         try:
             t = time.perf_counter()
-            skills = await self.skills_for(created.task.instruction, req.repo, req.skills, req.k)
+            skills = await self.skills_for(created.task.instruction, req.repo, req.skills, req.k, req.retrieval)
             retrieval_s = time.perf_counter() - t
             if req.env == "reasoning":
                 resp = await self._reasoning(req, created, skills)
@@ -323,7 +324,7 @@ class Executor:
 
     # ---------------------------------------------------------------- single decisions
     async def act(self, req: ActRequest) -> ActResponse:
-        skills = await self.skills_for(req.task, req.repo, req.skills, req.k)
+        skills = await self.skills_for(req.task, req.repo, req.skills, req.k, req.retrieval)
         history = [(h.observation, h.action, h.thought) for h in req.history]
         avoid = stale_actions(history, req.observation)
         messages = agent_messages(req.env, req.task, req.observation, skills=skills, history=history,

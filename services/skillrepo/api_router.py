@@ -23,6 +23,7 @@ from skillos.protocol.skillrepo import (
     RepoCreate,
     RepoList,
     RestoreSkillRequest,
+    SearchMode,
     SearchResponse,
     Skill,
     SkillFields,
@@ -229,14 +230,18 @@ async def restore_skill(repo: str, name: str, body: RestoreSkillRequest, svc: Sv
 # --- search and ops ---
 
 @router.get("/repos/{repo}/search", response_model=SearchResponse,
-            summary="BM25 top-k over name x2, description x2, body x1")
+            summary="Top-k skills: BM25 over name x2, description x2, body x1; dense (MiniLM cosine); or hybrid (RRF)")
 async def search(repo: str, svc: Svc, auth: Auth,
                  q: Annotated[str, Query(max_length=4096, description="the query, e.g. the task text")],
-                 k: Annotated[int, Query(ge=1, le=100)] = 5) -> SearchResponse:
+                 k: Annotated[int, Query(ge=1, le=100)] = 5,
+                 mode: Annotated[SearchMode, Query(description=(
+                     "bm25: keywords (default); dense: meaning (sentence embeddings); hybrid: both, fused by "
+                     "reciprocal rank, BM25's best hit always kept"))] = "bm25") -> SearchResponse:
     auth.require(repo)
     if len(q) > svc.settings.max_query_chars:
         raise APIError(413, "query_too_long", f"the query is over {svc.settings.max_query_chars} chars")
-    return SearchResponse(hits=await run_in_threadpool(svc.search, repo, q, min(k, svc.settings.max_search_k)))
+    hits = await run_in_threadpool(svc.search, repo, q, min(k, svc.settings.max_search_k), mode)
+    return SearchResponse(hits=hits, mode=mode)
 
 
 async def batch_limit(request: Request, svc: Svc) -> None:

@@ -144,10 +144,13 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         typer.echo(f"deleted {repo}/{name}" if name else f"deleted repo {repo}")
 
     @repo_app.command("search")
-    def search(repo: str, query: str, k: int = KOption, url: str = UrlOption,
-               token: str = TokenOption) -> None:
-        """BM25 top-k skills for a query."""
-        for h in _run(lambda: _client(url, token).search(repo, query, k)):
+    def search(repo: str, query: str, k: int = KOption,
+               mode: str = typer.Option("bm25", "--mode", help="bm25 (keywords) | dense (meaning) | hybrid (both)"),
+               url: str = UrlOption, token: str = TokenOption) -> None:
+        """Top-k skills for a query."""
+        if mode not in ("bm25", "dense", "hybrid"):
+            fail(f"unknown mode {mode!r}: use bm25, dense or hybrid")
+        for h in _run(lambda: _client(url, token).search(repo, query, k, mode)):
             typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}")
 
     @repo_app.command("ops")

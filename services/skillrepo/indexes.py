@@ -80,8 +80,8 @@ class IndexManager:
             return None
         seq, rows = state
         idx = BM25Index()
-        for name, version, description, body in rows:
-            idx.upsert(name, list(_tokens(name, description, body)), (version, description, body))
+        for name, version, description, body, blob_hash in rows:
+            idx.upsert(name, list(_tokens(name, description, body)), (version, description, body, blob_hash))
         idx.seq = seq
         with self._lock:
             self._indexes[repo_id] = idx
@@ -98,7 +98,7 @@ class IndexManager:
                 idx.remove(ch.name)
             else:
                 idx.upsert(ch.name, list(_tokens(ch.name, ch.description, ch.body)),
-                           (ch.version, ch.description, ch.body))
+                           (ch.version, ch.description, ch.body, ch.blob_hash))
             idx.seq = ch.seq
 
     def committed(self, repo_id: int, changes: list[Change]) -> None:

@@ -24,6 +24,7 @@ slot; when dead slots outnumber live ones the postings are compacted (amortized 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
@@ -37,6 +38,7 @@ import numpy as np
 K1 = 1.2
 B = 0.75
 FIELD_WEIGHTS = {"name": 2, "description": 2, "body": 1}
+_SERIALS = itertools.count(1)
 
 STOPWORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
 _SPLIT = re.compile(r"[^a-z0-9]+")
@@ -77,6 +79,7 @@ class BM25Index:
 
     def __init__(self, k1: float = K1, b: float = B):
         self.k1, self.b = k1, b
+        self.serial = next(_SERIALS)  # unique in this process: a reloaded index is another index
         self._lock = threading.Lock()
         self._reset()
         self.seq = 0  # the repo change counter this index reflects
@@ -155,11 +158,18 @@ class BM25Index:
     def _compact(self) -> None:
         live = [(self.names[s], self.terms[s], self.payload[s], int(self.dl[s]))
                 for s in range(len(self.names)) if self.names[s] is not None]
+        generation = self.generation
         self._reset()
+        self.generation = generation  # keeps counting: followers (the dense index) compare generations
         for name, counts, payload, length in live:
             self._add(name, counts, payload, length)
 
     # --- reads ---
+
+    def snapshot(self) -> tuple[int, dict[str, object]]:
+        """(generation, name -> payload of every live document), read together."""
+        with self._lock:
+            return self.generation, {name: self.payload[slot] for name, slot in self.slot_of.items()}
 
     def documents(self) -> dict[str, object]:
         """name -> payload of every live document."""

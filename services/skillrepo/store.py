@@ -27,6 +27,7 @@ from services.skillrepo.db import is_sqlite
 from services.skillrepo.hotpath import HotStatements
 from services.skillrepo.tables import (
     blobs,
+    embeddings,
     idempotency,
     op_log,
     repos,
@@ -603,16 +604,39 @@ class Store:
 
     # --- the search index's view ---
 
-    def index_state(self, repo_id: int) -> tuple[int, list[tuple[str, int, str, str]]] | None:
-        """(seq, [(name, version, description, body)]) read in one consistent transaction."""
+    def index_state(self, repo_id: int) -> tuple[int, list[tuple[str, int, str, str, str]]] | None:
+        """(seq, [(name, version, description, body, blob_hash)]) read in one consistent transaction."""
         with self._read_conn(consistent=True) as conn:
             r = conn.execute(select(repos.c.seq).where(repos.c.id == repo_id, repos.c.name.is_not(None))).first()
             if r is None:
                 return None
-            rows = conn.execute(select(skill_heads.c.name, skill_heads.c.version, blobs.c.description, blobs.c.body)
+            rows = conn.execute(select(skill_heads.c.name, skill_heads.c.version, blobs.c.description, blobs.c.body,
+                                       skill_heads.c.blob_hash)
                                 .join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
                                 .where(skill_heads.c.repo_id == repo_id)).all()
-        return r.seq, [(x.name, x.version, x.description, x.body) for x in rows]
+        return r.seq, [(x.name, x.version, x.description, x.body, x.blob_hash) for x in rows]
+
+    # --- embeddings (derived data for dense search; see tables.embeddings) ---
+
+    def embeddings(self, model: str, hashes: list[str]) -> dict[str, bytes]:
+        """blob hash -> stored vector bytes, for those of ``hashes`` that ``model`` has embedded."""
+        found: dict[str, bytes] = {}
+        with self._read_conn() as conn:
+            for i in range(0, len(hashes), 500):  # bounded IN lists
+                chunk = hashes[i:i + 500]
+                rows = conn.execute(select(embeddings.c.blob_hash, embeddings.c.vector).where(
+                    embeddings.c.model == model, embeddings.c.blob_hash.in_(chunk))).all()
+                found.update({r.blob_hash: bytes(r.vector) for r in rows})
+        return found
+
+    def save_embeddings(self, model: str, vectors: dict[str, bytes]) -> None:
+        """Keep vectors for reuse; a vector another replica saved first is left as it is."""
+        if not vectors:
+            return
+        stmt = self.insert_ignore(embeddings)
+        with self._write_conn() as conn:
+            # in hash order: two replicas saving overlapping sets take row locks in one order (no deadlock)
+            conn.execute(stmt, [{"model": model, "blob_hash": h, "vector": vectors[h]} for h in sorted(vectors)])
 
     def changes_since(self, repo_id: int, seq: int) -> list[Change]:
         with self._read_conn() as conn:

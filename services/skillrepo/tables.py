@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -115,4 +116,14 @@ op_log = Table(
     Column("entries", Text, nullable=False),         # JSON list of verdicts
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_op_log_repo_id", "repo_id", "id"),
+)
+
+# dense retrieval (migration 0004): one sentence embedding per (encoder, content), float32 little-endian.
+# Keyed by the blob, not the skill: forks and restores share their vectors, and an index reload (a restart,
+# an evicted repo, another replica) reads them instead of running the encoder over the repo again.
+embeddings = Table(
+    "embeddings", metadata,
+    Column("model", String(96), primary_key=True),      # the encoder's identity (`dense.Encoder.key`)
+    Column("blob_hash", String(64), primary_key=True),
+    Column("vector", LargeBinary, nullable=False),
 )

@@ -28,6 +28,7 @@ from skillos.protocol.skillrepo import (
     OpsResult,
     Repo,
     SearchHit,
+    SearchMode,
     Skill,
     SkillList,
     SkillVersion,
@@ -208,9 +209,15 @@ class _SkillRepoCalls(ServiceClient):
         return Skill.model_validate(resp.json())
 
     # search and ops
-    async def search(self, repo: str, query: str, k: int = 5) -> list[SearchHit]:
-        resp = await self._call("GET", f"{_repo(repo)}/search", params={"q": query, "k": k})
-        return [SearchHit.model_validate(h) for h in resp.json()["hits"]]
+    async def search(self, repo: str, query: str, k: int = 5, mode: SearchMode = "bm25") -> list[SearchHit]:
+        """Top k skills; ``mode``: bm25 (keywords), dense (sentence embeddings) or hybrid (both, RRF)."""
+        params = {"q": query, "k": k} if mode == "bm25" else {"q": query, "k": k, "mode": mode}
+        resp = await self._call("GET", f"{_repo(repo)}/search", params=params)
+        body = resp.json()
+        if body.get("mode", "bm25") != mode:  # a skill repo older than search modes ignores the parameter
+            raise SkillRepoError(501, "search_mode_unsupported",
+                                 f"the skill repo at {self.base_url} does not support mode={mode} (upgrade it)")
+        return [SearchHit.model_validate(h) for h in body["hits"]]
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
                         atomic: bool = True, origin: Origin = None) -> OpsResult:

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from skillos.protocol.skillrepo import SearchMode
+
 EnvName = Literal["alfworld", "webshop", "reasoning"]
 ParseKind = Literal["exact", "fuzzy", "free", "unmatched", "empty"]
 StopReason = Literal["won", "done", "max_turns", "llm_error", "env_error"]
@@ -78,6 +80,8 @@ class EpisodeRequest(BaseModel):
                              description="skill repo to retrieve from; null: no skills (the No Memory baseline)")
     skills: list[SkillText] | None = Field(None, max_length=50, description="inline skills instead of a repo")
     k: int = Field(5, ge=0, le=50, description="top-k skills (paper Table 4: 5)")
+    retrieval: SearchMode = Field("bm25", description=(
+        "how the repo is searched: bm25 (keywords, the paper's), dense (sentence embeddings) or hybrid"))
     max_turns: int = Field(30, ge=1, le=200, description="paper Table 4: 30 (reasoning: always 1)")
     history_len: int = Field(30, ge=0, le=200, description=(
         "past steps shown in full in the prompt (older ones as a list of actions); the paper's Table 4 "
@@ -151,6 +155,7 @@ class ActRequest(BaseModel):
     repo: str | None = Field(None, min_length=1, max_length=128)
     skills: list[SkillText] | None = Field(None, max_length=50)
     k: int = Field(5, ge=0, le=50)
+    retrieval: SearchMode = "bm25"
     history_len: int = Field(30, ge=0, le=500)
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = None

@@ -115,8 +115,12 @@ class SearchHit(BaseModel):
     body: str = ""
 
 
+SearchMode = Literal["bm25", "dense", "hybrid"]
+
+
 class SearchResponse(BaseModel):
     hits: list[SearchHit]
+    mode: SearchMode = "bm25"
 
 
 # --- curator ops -------------------------------------------------------------------------------
