@@ -110,6 +110,26 @@ def test_alfworld_episode_with_retrieved_skills(executor, alfworld, skillrepo):
     assert 'skillos_llm_tokens_total{kind="completion",model="smollm2-135m-instruct",role="executor"}' in metrics
 
 
+def test_act_retrieves_by_meaning_with_dense_search(executor, skillrepo):
+    """retrieval=dense reaches the skill repo's encoder: a task that shares no word with the skill finds it."""
+    with SkillRepoClient(skillrepo.url) as repo:
+        repo.create_repo("exec-dense")
+        repo.put_skill("exec-dense", {"name": "cool-object", "description": "Use when a task asks to cool or chill "
+                                      "an object.", "body": "Take the object, go to fridge 1, cool it with the fridge."})
+        repo.put_skill("exec-dense", {"name": "clean-object", "description": "Use when a task asks to clean or wash "
+                                      "an object.", "body": "Take the object, go to sinkbasin 1, clean it."})
+    base = {"task": "freeze a lettuce", "env": "alfworld", "observation": "You are in the kitchen.",
+            "admissible_actions": ["look", "go to fridge 1"], "sampling": SMALL, "repo": "exec-dense", "k": 1}
+    found = {}
+    for mode in ("bm25", "dense", "hybrid"):
+        r = post(executor, "/v1/act", {**base, "retrieval": mode})
+        assert r.status_code == 200, r.text
+        found[mode] = [s["name"] for s in r.json()["skills"]]
+    assert found == {"bm25": [], "dense": ["cool-object"], "hybrid": ["cool-object"]}
+    r = post(executor, "/v1/act", {**base, "retrieval": "semantic"})
+    assert r.status_code == 422 and "retrieval" in r.text
+
+
 def test_reasoning_episode_is_one_turn_with_a_final_answer(executor):
     r = post(executor, "/v1/episodes", {"env": "reasoning", "split": "demo_math", "index": 1,
                                         "sampling": {"max_tokens": 64}})
