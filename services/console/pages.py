@@ -17,6 +17,7 @@ from services.console.render import seg
 from services.console.runs import Filters
 from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, Session, session_cookie
+from skillos.protocol.skillrepo import SearchMode
 
 router = APIRouter(include_in_schema=False)
 LOGIN_CSRF = "skillos_console_login"
@@ -120,15 +121,16 @@ async def home(request: Request, svc: Svc, user: User):
 @router.get("/repos/{repo}")
 async def repo_page(request: Request, repo: str, svc: Svc, user: User,
                     q: Annotated[str | None, Query(max_length=2000)] = None,
-                    after: Annotated[str | None, Query(max_length=128)] = None):
-    return page(request, "repo.html", await svc.repo_page(user, repo, q, after))
+                    after: Annotated[str | None, Query(max_length=128)] = None,
+                    mode: SearchMode = "bm25"):
+    return page(request, "repo.html", await svc.repo_page(user, repo, q, after, mode))
 
 
 @router.get("/repos/{repo}/search")
 async def search(request: Request, repo: str, svc: Svc, user: User,
-                 q: Annotated[str, Query(max_length=2000)] = ""):
+                 q: Annotated[str, Query(max_length=2000)] = "", mode: SearchMode = "bm25"):
     """The search results as an HTML fragment (search as you type)."""
-    return page(request, "_search_results.html", await svc.search(user, repo, q))
+    return page(request, "_search_results.html", await svc.search(user, repo, q, mode))
 
 
 @router.get("/repos/{repo}/ops")

@@ -162,7 +162,8 @@ class ConsoleService:
                 pass
         return self.runs.progress(info)
 
-    async def repo_page(self, session: Session, repo: str, q: str | None, after: str | None) -> dict[str, Any]:
+    async def repo_page(self, session: Session, repo: str, q: str | None, after: str | None,
+                        mode: str = "bm25") -> dict[str, Any]:
         _valid_repo(repo)
         c = self.client(session)
         q = (q or "").strip()
@@ -172,25 +173,26 @@ class ConsoleService:
             info, skills, log, repos = await asyncio.gather(
                 c.get_repo(repo), c.list_skills_page(repo, limit=self.page_size, after=after or None),
                 c.op_log(repo, limit=20), c.list_repos())
-            hits = await c.search(repo, q, k=20) if q else None
+            hits = await c.search(repo, q, k=20, mode=mode) if q else None
         except SkillRepoError as e:
             raise repo_error(e, "Repo") from None
         usage = await run_in_threadpool(self.runs.usage, repo)
         return {"repo": info, "repo_name": repo, "skills": skills, "usage": usage, "q": q, "hits": hits, "after": after,
+                "mode": mode,
                 "forks": sorted(r.name for r in repos if r.forked_from == repo),
                 "log": log, "origins": await self.origin_links(log)}
 
-    async def search(self, session: Session, repo: str, q: str) -> dict[str, Any]:
+    async def search(self, session: Session, repo: str, q: str, mode: str = "bm25") -> dict[str, Any]:
         """The search results fragment (as-you-type)."""
         _valid_repo(repo)
         q = (q or "").strip()
         if len(q) > MAX_QUERY_CHARS:
             return {"repo_name": repo, "q": q[:MAX_QUERY_CHARS], "hits": [], "error": "query too long"}
         try:
-            hits = await self.client(session).search(repo, q, k=20) if q else None
+            hits = await self.client(session).search(repo, q, k=20, mode=mode) if q else None
         except SkillRepoError as e:
             raise repo_error(e, "Repo") from None
-        return {"repo_name": repo, "q": q, "hits": hits, "error": None}
+        return {"repo_name": repo, "q": q, "hits": hits, "error": None, "mode": mode}
 
     async def timeline(self, session: Session, repo: str, before: int | None) -> dict[str, Any]:
         _valid_repo(repo)

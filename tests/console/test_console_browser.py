@@ -97,6 +97,12 @@ def test_login_search_skill_diff_restore(tab, stack):
     assert page.locator("#skills").is_hidden()
     assert float(page.locator("#hits .score").first.inner_text()) > 0
     tab.shot("search")
+    page.locator("#mode").select_option("dense")  # the same query, by meaning
+    page.wait_for_selector("#search-results h2:has-text('(dense)')")
+    assert "mode=dense" in page.url and page.locator("#hits a:text('heat-mug')").count() == 1
+    page.locator("#mode").select_option("bm25")
+    page.wait_for_selector("#search-results h2:not(:has-text('(dense)'))")
+    page.wait_for_url(lambda url: "mode=" not in url)
 
     page.locator("#hits").get_by_role("link", name="heat-mug").click()
     page.wait_for_url(f"{stack.url}/repos/{DEMO}/skills/heat-mug")

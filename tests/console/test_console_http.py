@@ -118,6 +118,12 @@ def test_repo_page_search_timeline_and_usage(stack):
     assert re.search(rf'skills/{name}">{name}</a>.*?<td class="num">{times}</td>', page, re.DOTALL)
     found = c.get(f"/repos/{DEMO}", params={"q": "heat a mug microwave"}).text
     assert 'id="hits"' in found and "heat-mug" in found and re.search(r'class="num score">\d+\.\d{3}<', found)
+    # by meaning: a query that shares no word with any skill finds nothing by BM25, skills by dense search
+    assert "No skill matches" in c.get(f"/repos/{DEMO}/search", params={"q": "frosty chilly"}).text
+    dense = c.get(f"/repos/{DEMO}", params={"q": "frosty chilly", "mode": "dense"}).text
+    assert 'id="hits"' in dense and "(dense)" in dense and '<option value="dense" selected>' in dense
+    bad = c.get(f"/repos/{DEMO}/search", params={"q": "x", "mode": "semantic"})
+    assert bad.status_code == 400 and "mode" in bad.text
     ids = [e.id for e in stack.admin.op_log(REPO).entries]
     assert c.get(f"/repos/{REPO}/ops").text.count('class="op-entry') == len(ids) == 12
     older = c.get(f"/repos/{REPO}/ops", params={"before": ids[4]}).text

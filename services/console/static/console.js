@@ -10,14 +10,17 @@
     const box = document.querySelector("input[data-search-url]");
     const out = document.getElementById("search-results");
     const list = document.getElementById("skills");
+    const modeBox = document.getElementById("mode");
     if (!box || !out) return;
     let timer = null, pending = null;
-    box.addEventListener("input", function () {
+    function changed() {
       clearTimeout(timer);
       timer = setTimeout(async function () {
         const q = box.value.trim();
+        const mode = modeBox ? modeBox.value : "bm25";
         const url = new URL(box.dataset.searchUrl, location.href);
         url.searchParams.set("q", q);
+        url.searchParams.set("mode", mode);
         if (pending) pending.abort();
         pending = new AbortController();
         try {
@@ -27,13 +30,16 @@
           if (list) list.hidden = q.length > 0;
           const page = new URL(location.href);
           if (q) page.searchParams.set("q", q); else page.searchParams.delete("q");
+          if (mode !== "bm25") page.searchParams.set("mode", mode); else page.searchParams.delete("mode");
           page.searchParams.delete("after");
           history.replaceState(null, "", page);
         } catch (e) {
           if (e.name !== "AbortError") console.error(e);
         }
       }, 120);
-    });
+    }
+    box.addEventListener("input", changed);
+    if (modeBox) modeBox.addEventListener("change", changed);
   }
 
   // --- charts ---
