@@ -24,20 +24,18 @@ import glob
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.bench_skillrepo import Table, pct, start_http
+from bench.bench_skillrepo import Table, load_repo, machine_line, pct, service_for, start_http
+from skillos.protocol.skillrepo import SEARCH_MODES as MODES
 from skillos.skills import SkillDoc
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("SKILLOS_BENCH_DATA", ROOT.parent / "shared" / "data"))
-MODES = ("bm25", "dense", "hybrid")
-
 # Procedures per label, written from each task type's definition (ALFWorld's six, WebShop's five
 # categories), the way a curator would phrase them.
 LABELLED: dict[str, list[tuple[str, str, str]]] = {
@@ -171,11 +169,7 @@ def build_repo(svc, repo: str, size: int) -> dict[str, str]:
     for d in docs:
         if d.name.startswith("buy-"):
             label_of[d.name] = category[d.body.split(";")[0].removeprefix("asin ")]
-    svc.create_repo(repo)
-    for i in range(0, len(docs), 2000):
-        with svc.store.write(repo) as tx:
-            for d in docs[i:i + 2000]:
-                tx.put(d, "import")
+    load_repo(svc, repo, docs)
     return label_of
 
 
@@ -202,14 +196,6 @@ def http_latency(url: str, repo: str, queries: list[str], mode: str) -> list[flo
     return out
 
 
-def service(db: str, int8: bool = True):
-    from services.skillrepo.serving import SkillRepoService
-    from services.skillrepo.settings import SkillRepoSettings
-
-    return SkillRepoService(SkillRepoSettings(database_url=db, redis_url=None, sync_interval_s=3600,
-                                              embedding_int8=int8))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="100,1000,10000", help="repo sizes (skills)")
@@ -230,7 +216,7 @@ def main() -> None:
             variants = [True] + ([False] if size <= args.fp32_up_to else [])
             label_of: dict[str, str] = {}
             for int8 in variants:
-                svc = service(db, int8)
+                svc = service_for(db, embedding_int8=int8)
                 if not label_of:  # the fp32 pass searches the repo the int8 pass built
                     label_of = build_repo(svc, "bench", size)
                 precision = "int8" if int8 else "fp32"
@@ -277,9 +263,7 @@ def main() -> None:
                 proc.wait(timeout=30)
     print()
     print(table.render())
-    load = os.getloadavg()
-    print(f"\nmachine: {os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; "
-          f"python {sys.version.split()[0]}; encoder all-MiniLM-L6-v2 (sentence-transformers, TorchScript, CPU)")
+    print("\n" + machine_line("encoder all-MiniLM-L6-v2 (sentence-transformers, TorchScript, CPU)"))
 
 
 if __name__ == "__main__":

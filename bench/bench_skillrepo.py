@@ -89,11 +89,18 @@ class Table:
         return "\n".join(lines)
 
 
-def service_for(url: str):
+def service_for(url: str, **settings):
     from services.skillrepo.serving import SkillRepoService
     from services.skillrepo.settings import SkillRepoSettings
 
-    return SkillRepoService(SkillRepoSettings(database_url=url, redis_url=None, sync_interval_s=3600))
+    return SkillRepoService(SkillRepoSettings(database_url=url, redis_url=None, sync_interval_s=3600, **settings))
+
+
+def machine_line(note: str) -> str:
+    """What the numbers ran on, printed under a benchmark's table."""
+    load = os.getloadavg()
+    return (f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} during "
+            f"the run; python {sys.version.split()[0]}; {note}")
 
 
 def load_repo(svc, repo: str, docs: list[SkillDoc], batch: int = 2000) -> float:
@@ -325,9 +332,7 @@ def main() -> None:
                 drop()
     print()
     print(table.render())
-    load = os.getloadavg()
-    print(f"\nmachine: {os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} during "
-          f"the run; python {sys.version.split()[0]}; HTTP rows: one uvicorn worker, one sequential client")
+    print("\n" + machine_line("HTTP rows: one uvicorn worker, one sequential client"))
 
 
 if __name__ == "__main__":

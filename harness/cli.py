@@ -128,6 +128,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from harness.runner import RunOptions, run_job
         from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
         from skillos.cli.common import fail
+        from skillos.protocol.skillrepo import SEARCH_MODES
         from skillos.settings import StackSettings
 
         console = Console(stderr=True)
@@ -137,8 +138,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             fail(f"unknown method {method!r}: use none or skillos")
         if order not in ("grouped", "shuffled"):
             fail(f"unknown order {order!r}: use grouped or shuffled")
-        if retrieval not in ("bm25", "dense", "hybrid"):
-            fail(f"unknown retrieval {retrieval!r}: use bm25, dense or hybrid")
+        if retrieval not in SEARCH_MODES:
+            fail(f"unknown retrieval {retrieval!r}: use {', '.join(SEARCH_MODES)}")
         settings = StackSettings()
         urls = {"skillrepo": skillrepo_url or settings.skillrepo_url,
                 "executor": executor_url or settings.executor_url,

@@ -28,6 +28,7 @@ from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, session_cookie
 from services.console.settings import ConsoleSettings
 from skillos.logging import get_logger
+from skillos.protocol.skillrepo import SEARCH_MODES
 from skillos.service import create_app
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +70,7 @@ def templates() -> Jinja2Templates:
     env.autoescape = True
     env.filters.update(seg=render.seg, ago=render.ago, exact=render.exact, pct=render.pct, num=render.num,
                        markdown=render.markdown)
-    env.globals.update(field_text=render.field_text)
+    env.globals.update(field_text=render.field_text, search_modes=SEARCH_MODES)
     return t
 
 

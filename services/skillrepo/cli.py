@@ -148,8 +148,10 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                mode: str = typer.Option("bm25", "--mode", help="bm25 (keywords) | dense (meaning) | hybrid (both)"),
                url: str = UrlOption, token: str = TokenOption) -> None:
         """Top-k skills for a query."""
-        if mode not in ("bm25", "dense", "hybrid"):
-            fail(f"unknown mode {mode!r}: use bm25, dense or hybrid")
+        from skillos.protocol.skillrepo import SEARCH_MODES
+
+        if mode not in SEARCH_MODES:
+            fail(f"unknown mode {mode!r}: use {', '.join(SEARCH_MODES)}")
         for h in _run(lambda: _client(url, token).search(repo, query, k, mode)):
             typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}")
 

@@ -8,7 +8,7 @@ own counter (1, 2, 3, ...; a delete is a version too), used in ``ETag`` / ``If-M
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -116,6 +116,7 @@ class SearchHit(BaseModel):
 
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 
 
 class SearchResponse(BaseModel):
