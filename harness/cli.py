@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-METHODS = ("none", "skillos")
 OutOption = typer.Option(None, "--out", help="report folder (default: runs/<timestamp>)")
 
 
@@ -87,13 +86,33 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         stopped = stop_state(state, path)
         typer.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}")
 
+    @app.command("methods")
+    def methods_cmd() -> None:
+        """The methods `skillos run --method` plays, with their parameters (`--param KEY=VALUE`) and defaults."""
+        import sys
+
+        from harness.methods import METHODS
+
+        for name, cls in METHODS.items():
+            doc = (sys.modules[cls.__module__].__doc__ or "").strip()
+            typer.echo(f"{name}  ({cls.title})  {doc.splitlines()[0] if doc else ''}")
+            for field, info in cls.Params.model_fields.items():
+                typer.echo(f"    {field} = {info.default!r}  {info.description or ''}".rstrip())
+
     @app.command("run")
     def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | reasoning"),
             split: str = typer.Option(None, "--split",
                                       help="default: alfworld valid_seen, else test, else the first split"),
-            method: str = typer.Option("skillos", "--method", help="none (No Memory) | skillos"),
+            method: str = typer.Option("skillos", "--method", help=(
+                "one method or several, comma-separated, played on the same tasks: none (No Memory) | skillos | "
+                "skillrl | sapo | skill1 | reasoningbank | memp (docs/methods.md)")),
+            param: list[str] = typer.Option([], "--param", help=(
+                "a method's parameter, KEY=VALUE (to every method that has it) or METHOD.KEY=VALUE; repeat it "
+                "(e.g. --param sapo.promote_every=3); `skillos methods` lists them")),
+            from_repo: str = typer.Option(None, "--from-repo", help=(
+                "start every stream's repo as a fork of this repo (a skill library to start from) instead of empty")),
             baseline: bool = typer.Option(True, "--baseline/--no-baseline",
-                                          help="with --method skillos, also play the No Memory baseline"),
+                                          help="also play the No Memory baseline on the same tasks"),
             limit: int = typer.Option(None, "--limit", help="first N tasks of the split (default: all)"),
             task_type: str = typer.Option(None, "--task-type", help="only tasks of this type (e.g. clean)"),
             per_type: int = typer.Option(None, "--per-type", min=1,
@@ -125,6 +144,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from harness.attach import env_problems, free_port_offset, llm_problems
+        from harness.methods import METHODS, MethodConfigError, method_params
         from harness.runner import RunOptions, run_job
         from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
         from skillos.cli.common import fail
@@ -134,8 +154,15 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         console = Console(stderr=True)
         if env not in ENVS:
             fail(f"unknown env {env!r}: use one of {', '.join(ENVS)}")
-        if method not in METHODS:
-            fail(f"unknown method {method!r}: use none or skillos")
+        methods = list(dict.fromkeys(m.strip() for m in method.split(",") if m.strip()))
+        if baseline and methods and "none" not in methods:
+            methods.append("none")
+        try:
+            if not methods:
+                raise MethodConfigError("--method is empty: name at least one method")
+            params = method_params(methods, param)
+        except MethodConfigError as e:
+            fail(str(e))
         if order not in ("grouped", "shuffled"):
             fail(f"unknown order {order!r}: use grouped or shuffled")
         if retrieval not in SEARCH_MODES:
@@ -164,7 +191,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                 console.print("starting a separate stack on free ports for this run")
                 start_own = True
         else:
-            needed = ["executor", "env"] + (["skillrepo", "curator"] if method == "skillos" else [])
+            needed = ["executor", "env"] + (["skillrepo"] if any(METHODS[m].uses_repo for m in methods) else []) \
+                + (["curator"] if any(METHODS[m].uses_curator for m in methods) else [])
             down = [n for n in needed if not healthy(urls[n])]
             if down and not start:
                 fail(f"not reachable: {', '.join(f'{n} at {urls[n]}' for n in down)}; "
@@ -194,12 +222,11 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             urls = {"skillrepo": state.url("skillrepo"), "executor": state.url("executor"),
                     "curator": state.url("curator"), "env": state.url(env)}
         console_url = (state.url("console") if state else None) or settings.console_url
-        methods = [method] + (["none"] if method == "skillos" and baseline else [])
         opts = RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds,
                           task_type=task_type, per_type=per_type,
                           order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns, history_len=history_len,
                           out=out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), self_judge=not oracle_judge,
-                          urls=urls, token=settings.api_token or None,
+                          urls=urls, token=settings.api_token or None, params=params, from_repo=from_repo,
                           llms=state.role_llms if state and state.url("executor") == urls["executor"] else {})
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console)
@@ -210,7 +237,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
 
         def done(m: str, r) -> None:
             mark = "[green]✓[/green]" if r.success else "[red]✗[/red]"
-            ops = f" ops {sum(o.applied for o in r.ops)}/{len(r.ops)}" if m == "skillos" else ""
+            ops = f" ops {sum(o.applied for o in r.ops)}/{len(r.ops)}" if m == "skillos" else (
+                f" repo {r.repo_size}" if r.repo_size is not None else "")
             err = f" [yellow]{(r.error or r.curator_error or '')[:60]}[/yellow]" if (r.error or r.curator_error) else ""
             progress.update(bar["id"], advance=1,
                             last=f"{m} #{r.position + 1} {r.task_type} {mark} {r.steps} steps{ops}{err}")

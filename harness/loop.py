@@ -3,9 +3,11 @@
     executor episode (top-k skills retrieved from the repo, query = the instruction)
     → the executor judges its own success → the curator edits the repo → next task.
 
-Method ``none`` is the No Memory baseline: no repo, no judge, no curator. The curator and the
-executor are pluggable objects (`CuratorLike`, `ExecutorLike`): the HTTP clients in production,
-an in-process policy in the trainer.
+What happens around the episode is the method's (`harness.methods`): SkillOS curates with the
+curator service, the No Memory baseline does nothing, SkillRL, SAPO, Skill1, ReasoningBank and MemP
+keep their own banks in the repo. This module holds what every method shares: the task record, one
+episode, the self-judge and the stream itself. The curator and the executor are pluggable objects
+(`CuratorLike`, `ExecutorLike`): the HTTP clients in production, an in-process policy in the trainer.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from skillos.protocol.curator import CurateRequest, CurateResponse, RetrievedSkill, Trajectory, TrajectoryTurn
 from skillos.protocol.executor import (
@@ -24,10 +26,9 @@ from skillos.protocol.executor import (
     HistoryStep,
     JudgeRequest,
     JudgeResponse,
+    SkillText,
 )
 from skillos.protocol.skillrepo import OpOrigin, SearchMode
-
-Method = Literal["none", "skillos"]
 
 
 class CuratorLike(Protocol):
@@ -41,18 +42,27 @@ class ExecutorLike(Protocol):
 
 
 class RepoLike(Protocol):
-    """The few skill-repo calls the loop needs (`AsyncSkillRepoClient` has them)."""
+    """The skill-repo calls the loop and the methods need (`AsyncSkillRepoClient` has them)."""
 
     async def get_repo(self, name: str) -> Any: ...
 
     async def list_skills(self, repo: str) -> list[Any]: ...
 
+    async def search(self, repo: str, query: str, k: int = 5, mode: SearchMode = "bm25") -> list[Any]: ...
+
+    async def put_skill(self, repo: str, skill: Any, if_match: int | None = None,
+                        name: str | None = None) -> Any: ...
+
+    async def delete_skill(self, repo: str, name: str, if_match: int | None = None) -> None: ...
+
+    async def create_repo(self, name: str) -> Any: ...
+
 
 @dataclass
 class StreamConfig:
     env: str
-    method: Method = "skillos"
-    repo: str | None = None  # required for method "skillos"
+    method: str = "skillos"  # a name of `harness.methods.METHODS`
+    repo: str | None = None  # the method's repo (every method but "none")
     k: int = 5
     retrieval: SearchMode = "bm25"  # how the executor searches the repo (bm25 is the paper's)
     max_turns: int = 30
@@ -61,6 +71,7 @@ class StreamConfig:
     curator_temperature: float | None = None
     self_judge: bool = True  # False: give the curator the environment's verdict instead (oracle ablation)
     run_id: str | None = None  # kept with the curator's ops in the repo's op log (their origin)
+    params: dict[str, Any] = field(default_factory=dict)  # the method's own parameters (validated by it)
 
 
 @dataclass
@@ -108,6 +119,8 @@ class TaskRecord:
     turns: list[dict[str, Any]] = field(default_factory=list)
     repo: str | None = None
     curator_call_id: str = ""
+    rollouts: int = 1  # episodes played for this task (SAPO plays several; the first is the one scored)
+    method_info: dict[str, Any] = field(default_factory=dict)  # what the method did (its own measures)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,23 +188,36 @@ async def _self_judge(executor: ExecutorLike, episode: EpisodeResponse, spec: Ta
     return verdict.success
 
 
-async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, executor: ExecutorLike,
-                   curator: CuratorLike | None, repo: RepoLike | None) -> TaskRecord:
-    """One task of the stream: episode, self-judge and curation (method skillos)."""
-    record = TaskRecord(position=position, task_id=spec.id, task_type=spec.type, instruction=spec.instruction,
-                        method=config.method, seed=config.seed,
-                        repo=config.repo if config.method == "skillos" else None)
-    use_repo = config.method == "skillos"
+def new_record(position: int, spec: TaskSpec, config: StreamConfig) -> TaskRecord:
+    return TaskRecord(position=position, task_id=spec.id, task_type=spec.type, instruction=spec.instruction,
+                      method=config.method, seed=config.seed, repo=config.repo)
+
+
+async def play_episode(executor: ExecutorLike, spec: TaskSpec, config: StreamConfig, record: TaskRecord | None, *,
+                       repo: str | None = None, skills: list[SkillText] | None = None,
+                       k: int | None = None, seed: int | None = None) -> EpisodeResponse | None:
+    """One executor episode, with skills retrieved from ``repo`` (top ``k``) or given inline (``skills``).
+
+    With a ``record`` the outcome is written into it (an episode that could not run is a failed task
+    with its reason, and None comes back); without one (a method's extra rollouts) errors propagate.
+    """
+    # the executor keeps the first k of inline skills: all of them here (the method chose them), up to
+    # the 50 a request may carry
+    skills = skills[:50] if skills else skills
+    top = len(skills) if skills else (config.k if k is None else k) if repo else 0
+    request = EpisodeRequest(env=config.env, task_id=spec.id, repo=repo, skills=skills, k=top, retrieval=config.retrieval,
+                             max_turns=config.max_turns, history_len=config.history_len,
+                             seed=config.seed if seed is None else seed)
+    if record is None:
+        return await executor.episode(request)
     start = time.perf_counter()
     try:
-        episode = await executor.episode(EpisodeRequest(
-            env=config.env, task_id=spec.id, repo=config.repo if use_repo else None, k=config.k if use_repo else 0,
-            retrieval=config.retrieval, max_turns=config.max_turns, history_len=config.history_len, seed=config.seed))
+        episode = await executor.episode(request)
     except Exception as e:  # noqa: BLE001 - an episode that could not run is a failed task with its reason
         record.error = f"episode failed: {type(e).__name__}: {e}"
         record.stop_reason = "error"
         record.episode_s = time.perf_counter() - start
-        return record
+        return None
     record.episode_s = time.perf_counter() - start
     record.success = bool(episode.success) and not episode.error
     record.reward, record.steps, record.stop_reason = episode.reward, episode.steps, episode.stop_reason
@@ -203,16 +229,20 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
     record.used = skills_used(episode)
     record.turns = [{"observation": t.observation, "thought": t.thought, "action": t.action, "valid": t.valid}
                     for t in episode.turns]
-    if not use_repo or curator is None:
-        return record
-    if episode.error:
-        # nothing was learned from a broken episode (LLM or env down): leave the repo as it is
-        record.curator_error = "skipped: the episode failed with an error"
-        return record
+    return episode
 
-    judged = (await _self_judge(executor, episode, spec, config.seed, record, config.max_turns)) \
-        if config.self_judge \
-        else record.success
+
+async def verdict(executor: ExecutorLike, episode: EpisodeResponse, spec: TaskSpec, config: StreamConfig,
+                  record: TaskRecord) -> bool:
+    """What a method learns from: the executor's own judgement, or the env's with ``--oracle-judge``."""
+    if not config.self_judge:
+        return bool(episode.success) and not episode.error
+    return await _self_judge(executor, episode, spec, config.seed, record, config.max_turns)
+
+
+async def curate(position: int, spec: TaskSpec, episode: EpisodeResponse, judged: bool, config: StreamConfig,
+                 curator: CuratorLike, record: TaskRecord) -> None:
+    """SkillOS's learning step: the curator reads the trajectory and edits the repo (ops applied there)."""
     start = time.perf_counter()
     try:
         response = await curator.curate(CurateRequest(
@@ -235,34 +265,42 @@ async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, execu
                                valid=c.valid,
                                applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
     record.curate_s = time.perf_counter() - start
-    if repo is not None and config.repo:
-        try:
-            record.repo_size = (await repo.get_repo(config.repo)).skill_count
-        except Exception:  # noqa: BLE001 - size is a report detail, not worth failing the task
-            record.repo_size = None
-    return record
+
+
+async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, executor: ExecutorLike,
+                   curator: CuratorLike | None, repo: RepoLike | None, llm: Any = None) -> TaskRecord:
+    """One task of the stream, played by ``config.method``."""
+    from harness.methods import StreamContext, build_method
+
+    method = build_method(config.method, config.params)
+    return await method.play(position, spec, StreamContext(config, executor, curator, repo, llm))
 
 
 async def run_stream(tasks: list[TaskSpec], config: StreamConfig, *, executor: ExecutorLike,
-                     curator: CuratorLike | None = None, repo: RepoLike | None = None,
+                     curator: CuratorLike | None = None, repo: RepoLike | None = None, llm: Any = None,
                      semaphore: asyncio.Semaphore | None = None,
                      on_task: Callable[[TaskRecord], Awaitable[None] | None] | None = None) -> list[TaskRecord]:
-    """Play ``tasks`` in order. With method "skillos" the steps are sequential (each task sees the
-    repo as the previous curation left it); with "none" they are independent and may overlap,
-    bounded by ``semaphore``."""
-    if config.method == "skillos" and (curator is None or not config.repo):
-        raise ValueError("method 'skillos' needs a curator and a repo")
+    """Play ``tasks`` in order with ``config.method``. A method with a memory plays the steps one after
+    another (each task sees the repo as the previous one left it); "none" plays them independently,
+    overlapping up to ``semaphore``. ``llm`` is the method's writer (`skillos.llm.LLMClient`), for the
+    methods that distil with an LLM of their own."""
+    from harness.methods import StreamContext, build_method
+
+    method = build_method(config.method, config.params)
+    ctx = StreamContext(config, executor, curator, repo, llm)
+    method.check(ctx)
+    await method.setup(ctx)
     semaphore = semaphore or asyncio.Semaphore(1)
 
     async def one(position: int, spec: TaskSpec) -> TaskRecord:
         async with semaphore:
-            record = await run_step(position, spec, config, executor=executor, curator=curator, repo=repo)
+            record = await method.play(position, spec, ctx)
         if on_task is not None:
             maybe = on_task(record)
             if asyncio.iscoroutine(maybe):
                 await maybe
         return record
 
-    if config.method == "none":
+    if not method.sequential:
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
     return [await one(i, t) for i, t in enumerate(tasks)]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.loop import TaskRecord
+from harness.methods import METHODS
 
 
 @dataclass
@@ -71,6 +72,10 @@ def run_metrics(run: StreamRun) -> dict[str, Any]:
         "final_repo_size": next((r.repo_size for r in reversed(recs) if r.repo_size is not None), None),
         "self_judge_agreement": _mean([float(r.self_judged_success == r.success) for r in recs
                                        if r.self_judged_success is not None]),
+        "tokens": _mean([float(r.tokens) for r in recs]),
+        # the method's own LLM calls (distillation, queries, ranking): the cost beside the executor's
+        "writer_tokens": _mean([float(r.method_info.get("writer_tokens", 0)) for r in recs]),
+        "method_measures": METHODS[run.method].measures(recs) if run.method in METHODS else {},
     }
 
 
@@ -83,7 +88,10 @@ def summarize(runs: list[StreamRun], config: dict[str, Any]) -> dict[str, Any]:
         types = sorted({t for s in seeds for t in s["sr_per_type"]})
         agg = {key: _mean_std([s[key] for s in seeds]) for key in (
             "sr", "sr_macro", "steps", "usage_rate", "success_when_used", "coverage", "skills_per_example",
-            "validity_rate", "retrieval_rate", "final_repo_size", "self_judge_agreement")}
+            "validity_rate", "retrieval_rate", "final_repo_size", "self_judge_agreement", "tokens",
+            "writer_tokens")}
+        measures = sorted({k for s in seeds for k in s["method_measures"]})
+        agg["method_measures"] = {k: _mean_std([s["method_measures"].get(k) for s in seeds]) for k in measures}
         agg["sr_per_type"] = {t: _mean_std([s["sr_per_type"].get(t) for s in seeds]) for t in types}
         op_mix: Counter = Counter()
         for s in seeds:
@@ -136,20 +144,30 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         cells = [_fmt(a["sr_per_type"].get(t)) for t in types]
         lines.append(f"| {name} | " + " | ".join(cells) +
                      f" | {_fmt(a['sr_macro'])} | {_fmt(a['sr'])} | {_fmt(a['steps'], pct=False)} |")
+    memory = [n for n in methods if n != "none"]
+    if memory:
+        rows = [("tasks with ≥1 skill retrieved (%)", "retrieval_rate", True),
+                ("usage rate (%)", "usage_rate", True), ("success when used (%)", "success_when_used", True),
+                ("coverage (%)", "coverage", True), ("skills used per task", "skills_per_example", False),
+                ("self-judge agrees with env (%)", "self_judge_agreement", True),
+                ("final repo size (skills)", "final_repo_size", False),
+                ("executor tokens per task", "tokens", False), ("method's own LLM tokens per task", "writer_tokens", False)]
+        lines += ["", "## Skill usage (paper Fig. 6)", "", "| metric | " + " | ".join(memory) + " |",
+                  "|---" * (len(memory) + 1) + "|"]
+        for label, key, pct in rows:
+            lines.append(f"| {label} | " + " | ".join(_fmt(methods[n]["aggregate"][key], pct) for n in memory) + " |")
+        lines.append("| learning-step errors | " + " | ".join(str(methods[n]["aggregate"]["curator_errors"])
+                                                       for n in memory) + " |")
     if "skillos" in methods:
         a = methods["skillos"]["aggregate"]
-        lines += ["", "## Skill usage (paper Fig. 6) and curation", "",
-                  "| metric | value |", "|---|---|",
-                  f"| tasks with ≥1 skill retrieved (%) | {_fmt(a['retrieval_rate'])} |",
-                  f"| usage rate (%) | {_fmt(a['usage_rate'])} |",
-                  f"| success when used (%) | {_fmt(a['success_when_used'])} |",
-                  f"| coverage (%) | {_fmt(a['coverage'])} |",
-                  f"| skills used per task | {_fmt(a['skills_per_example'], pct=False)} |",
-                  f"| curator call validity r_fc (%) | {_fmt(a['validity_rate'])} |",
-                  f"| self-judge agrees with env (%) | {_fmt(a['self_judge_agreement'])} |",
-                  f"| final repo size (skills) | {_fmt(a['final_repo_size'], pct=False)} |",
-                  f"| curator errors | {a['curator_errors']} |", "",
+        lines += ["", "## SkillOS curation", "", f"Curator call validity r_fc: {_fmt(a['validity_rate'])} %. "
                   "Op mix: " + (", ".join(f"{k} = {v}" for k, v in a["op_mix"].items()) or "no calls")]
+    for name in memory:
+        measures = methods[name]["aggregate"].get("method_measures") or {}
+        if measures and name != "skillos":
+            title = METHODS[name].title if name in METHODS else name
+            lines += ["", f"## {title}: its own measures (mean ± std over seeds)", "", "| measure | value |", "|---|---|"]
+            lines += [f"| {k.replace('_', ' ')} | {_fmt(v, pct=False)} |" for k, v in measures.items()]
     errors = {n: m["aggregate"]["episode_errors"] for n, m in methods.items()}
     if any(errors.values()):
         lines += ["", "Episodes that failed with an error (counted as failures): " +
@@ -170,7 +188,7 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     by_method: dict[str, list[StreamRun]] = defaultdict(list)
     for run in runs:
         by_method[run.method].append(run)
-    labels = {"none": "No Memory (baseline)", "skillos": "SkillOS"}
+    labels = {name: cls.title for name, cls in METHODS.items()} | {"none": "No Memory (baseline)"}
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method, mruns in by_method.items():
@@ -193,17 +211,18 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for run in by_method.get("skillos", []):
+    with_repo = [run for run in runs if run.method != "none"]
+    for run in with_repo:
         xs = [r.position + 1 for r in run.records if r.repo_size is not None]
         ys = [r.repo_size for r in run.records if r.repo_size is not None]
-        ax.step(xs, ys, where="post", marker="o", label=f"seed {run.seed}")
+        ax.step(xs, ys, where="post", marker="o", label=f"{labels.get(run.method, run.method)}, seed {run.seed}")
     ax.set_xlabel("task position in the stream")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("skills in the repo")
-    ax.set_title("Repo size after each curation")
+    ax.set_title("Repo size after each task")
     ax.grid(alpha=0.3)
-    if by_method.get("skillos"):
+    if with_repo:
         ax.legend()
     fig.tight_layout()
     written.append(out / "repo_size.png")

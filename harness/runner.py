@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.loop import StreamConfig, TaskRecord, TaskSpec, run_stream
+from harness.methods import METHODS
 from harness.report import (
     RunLog,
     StreamRun,
@@ -32,7 +33,7 @@ DEFAULT_SPLITS = {"alfworld": "valid_seen", "webshop": "test", "reasoning": "tes
 class RunOptions:
     env: str
     split: str | None  # None: the env's usual evaluation split (see default_split)
-    methods: list[str]
+    methods: list[str]  # names of `harness.methods.METHODS`, played on the same tasks
     limit: int | None = None
     task_type: str | None = None  # only tasks of this type (ALFWorld: pick, clean, heat, cool, look, pick2)
     per_type: int | None = None   # the first N tasks of each type (a balanced sample), before limit
@@ -49,6 +50,26 @@ class RunOptions:
     urls: dict[str, str] = field(default_factory=dict)  # skillrepo, executor, curator, env
     token: str | None = None
     llms: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> {"base_url", "model"}
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its parameters
+    from_repo: str | None = None  # each stream's repo starts as a fork of this one (a library to start from)
+
+
+def repo_name(run_id: str, method: str, seed: int) -> str:
+    """The repo of one stream: ``<run_id>-s<seed>`` for SkillOS (as ever), ``<run_id>-<method>-s<seed>``
+    for the other methods with a memory."""
+    return f"{run_id}-s{seed}" if method == "skillos" else f"{run_id}-{method}-s{seed}"
+
+
+def writer_llm(llms: dict[str, dict[str, str]]):
+    """The methods' own writer: the curator role's LLM, where the stack says it is (else the settings)."""
+    from skillos.llm import LLMClient, LLMSettings
+
+    settings = LLMSettings.for_role("curator")
+    served = llms.get("curator") or {}
+    if served.get("base_url"):
+        settings = settings.model_copy(update={"base_url": served["base_url"], "model": served.get("model")
+                                                or settings.model})
+    return LLMClient(settings)
 
 
 def order_tasks(tasks: list[TaskSpec], order: str, seed: int) -> list[TaskSpec]:
@@ -112,20 +133,28 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
     async with AsyncEnvClient(env_url, token=opts.token) as env_client, \
             AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token) as repo_client, \
             AsyncCuratorClient(opts.urls["curator"], token=opts.token) as curator, \
-            AsyncExecutorClient(opts.urls["executor"], token=opts.token) as executor:
+            AsyncExecutorClient(opts.urls["executor"], token=opts.token) as executor, \
+            writer_llm(opts.llms) as writer:
         if not opts.split:
             opts.split = await default_split(env_client, opts.env)
         tasks = await select_tasks(env_client, opts.split, opts.limit, opts.task_type, opts.per_type)
+        if opts.from_repo:
+            try:
+                await repo_client.get_repo(opts.from_repo)
+            except SkillRepoError as e:
+                raise ValueError(f"--from-repo {opts.from_repo!r}: {e.message}") from None
         semaphore = asyncio.Semaphore(max(1, opts.concurrency))
         plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
                   "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order,
-                  "k": opts.k, "retrieval": opts.retrieval,
+                  "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
                   "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
                   "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
+                  "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
+                             for m in opts.methods},
                   "models": await describe_models(opts.llms)}
         live = RunLog(out, config, total=len(tasks) * len(plans),
-                      repos=[f"{run_id}-s{s}" for m, s in plans if m == "skillos"])
+                      repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo])
         if on_start:
             on_start(len(tasks) * len(plans))
 
@@ -136,15 +165,20 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
 
         async def play(method: str, seed: int) -> StreamRun:
             repo = None
-            if method == "skillos":
-                repo = f"{run_id}-s{seed}"
-                await repo_client.create_repo(repo)
+            if METHODS[method].uses_repo:
+                repo = repo_name(run_id, method, seed)
+                if opts.from_repo:
+                    await repo_client.fork_repo(opts.from_repo, repo)
+                else:
+                    await repo_client.create_repo(repo)
             stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, retrieval=opts.retrieval,
                                   max_turns=opts.max_turns,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
-                                  curator_temperature=opts.curator_temperature, run_id=run_id)
+                                  curator_temperature=opts.curator_temperature, run_id=run_id,
+                                  params=opts.params.get(method, {}))
             records = await run_stream(order_tasks(tasks, opts.order, seed), stream, executor=executor,
-                                       curator=curator if method == "skillos" else None, repo=repo_client,
+                                       curator=curator if METHODS[method].uses_curator else None, repo=repo_client,
+                                       llm=writer if METHODS[method].uses_writer else None,
                                        semaphore=semaphore, on_task=lambda r, m=method: ended(m, r))
             return StreamRun(method=method, seed=seed, repo=repo, records=records)
 
@@ -156,7 +190,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                         skills = await repo_client.list_skills(run.repo)
                     except SkillRepoError:
                         skills = []
-                    export_skills(skills, out / "repo" / f"seed{run.seed}")
+                    folder = f"seed{run.seed}" if run.method == "skillos" else f"{run.method}-seed{run.seed}"
+                    export_skills(skills, out / "repo" / folder)
             summary = summarize(runs, config)
             write_task_records(runs, out)
             write_summary(summary, out)

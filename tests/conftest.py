@@ -195,6 +195,22 @@ def embedded_llm(tmp_path_factory) -> Iterator[str]:
         yield f"{svc.url}/v1"
 
 
+@pytest.fixture(scope="session")
+def alfworld_stack(embedded_llm, tmp_path_factory):
+    """One real stack for the stream tests (skill repo, ALFWorld games, executor, curator on the embedded
+    SmolLM2), once per session: `skillos run` plays against it (`tests/harness/stream_run.py`)."""
+    from harness.stack import Stack, healthy
+    from tests.harness.stream_run import LLM_ENV
+
+    names = ["skillrepo", "alfworld", "executor", "curator"]
+    s = Stack(("alfworld",), directory=tmp_path_factory.mktemp("stack"), ports={n: free_port() for n in names},
+              llm_url=embedded_llm, extra_env=LLM_ENV)
+    state = s.start(timeout=600)
+    yield state
+    s.stop()
+    assert not any(healthy(p.url, timeout=0.5) for p in state.services.values())
+
+
 def free_port_offset(names: Iterable[str]) -> int:
     """An offset that makes every default port of these services free (`skillos up --port-offset`)."""
     import random

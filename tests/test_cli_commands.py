@@ -47,8 +47,13 @@ def test_serve_lists_every_service():
 
 
 def test_run_refuses_bad_options_before_anything_starts():
-    """An unknown method, order or retrieval mode is a clear error, not a started stack."""
-    for args, says in ((["--method", "memgpt"], "unknown method"), (["--order", "random"], "unknown order"),
+    """An unknown method, method parameter, order or retrieval mode, or a parameter out of its range, is a
+    clear error, not a started stack."""
+    for args, says in ((["--method", "memgpt"], "unknown method"), (["--method", "skillos,memq"], "'memq'"),
+                       (["--method", "sapo", "--param", "sapo.top_fraction=1.5"], "top_fraction"),
+                       (["--method", "memp", "--param", "alpha=0.1"], "no method played"),
+                       (["--method", "skill1", "--param", "memp.k=2"], "'memp' is not among those played"),
+                       (["--order", "random"], "unknown order"),
                        (["--retrieval", "semantic"], "unknown retrieval")):
         proc = subprocess.run([sys.executable, "-m", "skillos.cli", "run", "--no-start", *args], capture_output=True, check=False,
                               text=True, timeout=120, cwd=ROOT)

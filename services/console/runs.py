@@ -132,7 +132,7 @@ def task_row(rec: dict[str, Any], n: int, info: RunInfo) -> TaskRow:
                    instruction=str(rec.get("instruction") or "")[:300], success=bool(rec.get("success")),
                    steps=_int(rec.get("steps"), 0) or 0, error=bool(rec.get("error")), retrieved=retrieved,
                    used=tuple(str(u) for u in rec.get("used") or []), ops=tuple(ops),
-                   repo_size=_int(rec.get("repo_size")), repo=repo if method == "skillos" else None,
+                   repo_size=_int(rec.get("repo_size")), repo=repo if method != "none" else None,
                    curator_error=bool(rec.get("curator_error")))
 
 
@@ -280,8 +280,10 @@ class TaskIndex:
                         curve[r.position] = 100 * wins / done
                 curves.append(curve)
             success[method] = [_mean_defined([c[i] for c in curves]) for i in range(n)]
-        sizes = {f"seed {seed}": _at_positions(rows, n, lambda r: r.repo_size)
-                 for (m, seed), rows in sorted(streams.items(), key=lambda kv: str(kv[0])) if m == "skillos"}
+        # repo size per stream of every method with a memory ("seed N" alone when SkillOS is the only one)
+        memory = sorted({m for m, _ in streams if m != "none"})
+        sizes = {(f"seed {seed}" if memory == ["skillos"] else f"{m} seed {seed}"):
+                 _at_positions(rows, n, lambda r: r.repo_size) for (m, seed), rows in sorted(streams.items(), key=lambda kv: str(kv[0])) if m != "none"}
         # op mix: cumulative calls over the stream by op and verdict (all seeds of skillos)
         mix_at: dict[str, list[int]] = {k: [0] * n for k in
                                         [*(f"{o} applied" for o in OP_KINDS), "refused"]}

@@ -7,44 +7,20 @@ for the next): the curator's ops must land in the repo and a later task must ret
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
-from harness.stack import Stack, StackState, healthy
-from tests.conftest import ROOT, SHARED_DATA, free_port, run_service
+from tests.conftest import SHARED_DATA, free_port, run_service
+from tests.harness.stream_run import skillos_run as _run
 
 pytestmark = [pytest.mark.timeout(3000),
               pytest.mark.skipif(not (SHARED_DATA / "alfworld").exists(), reason="ALFWorld data not present")]
 
-# the executor and curator wait long for a busy 2-core CPU, but never retry a timed-out generation
-LLM_ENV = {"SKILLOS_LLM_TIMEOUT_S": "600", "SKILLOS_LLM_MAX_RETRIES": "0"}
 
-
-@pytest.fixture(scope="module")
-def stack(embedded_llm, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("stack")
-    names = ["skillrepo", "alfworld", "executor", "curator"]
-    s = Stack(("alfworld",), directory=tmp, ports={n: free_port() for n in names}, llm_url=embedded_llm,
-              extra_env=LLM_ENV)
-    state = s.start(timeout=600)
-    yield state
-    s.stop()
-    assert not any(healthy(p.url, timeout=0.5) for p in state.services.values())
-
-
-def _run(args: list[str], state: StackState, out: Path, extra_env: dict | None = None,
-         executor_url: str | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "skillos.cli", "run", *args, "--out", str(out), "--no-start",
-           "--skillrepo-url", state.url("skillrepo"), "--executor-url", executor_url or state.url("executor"),
-           "--curator-url", state.url("curator"), "--env-url", state.url("alfworld")]
-    env = {**os.environ, **state.env(), **LLM_ENV, **(extra_env or {})}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2700,
-                          check=False)
+@pytest.fixture
+def stack(alfworld_stack):
+    return alfworld_stack
 
 
 def test_stream_curated_skills_land_and_are_retrieved(stack, tmp_path):

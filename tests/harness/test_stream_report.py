@@ -99,3 +99,24 @@ def test_run_log_appends_a_line_per_task_and_records_the_status(tmp_path):
     assert state["status"] == "done" and state["finished_at"] >= state["started_at"] and state["error"] is None
     RunLog(tmp_path / "b", {}, total=1, repos=[]).finish(error="RuntimeError: boom")
     assert json.loads((tmp_path / "b" / "run.json").read_text())["status"] == "failed"
+
+
+def test_methods_table_pairs_every_method_with_no_memory_and_skillos(tmp_path):
+    from bench.bench_methods import table
+
+    wins = {"none": [0, 0, 0, 1], "skillos": [1, 0, 0, 1], "memp": [1, 1, 1, 1]}
+    (tmp_path / "tasks").mkdir()
+    for method, outcome in wins.items():
+        for seed in (0, 1):
+            for pos, won in enumerate(outcome):
+                r = _record(pos, bool(won), "clean", seed=seed, method=method)
+                r.method_info = {"writer_tokens": 100} if method == "memp" else {}
+                (tmp_path / "tasks" / f"{method}-seed{seed}-{pos:04d}.json").write_text(json.dumps(r.to_dict()))
+    text = table(tmp_path)
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["none"].split(" | ")[2] == "25.0" and rows["memp"].split(" | ")[2] == "100.0"
+    # memp vs none: 6 of 8 pairs discordant in memp's favour; vs skillos: 4 of 8
+    assert "+75.0 [" in rows["memp"].split(" | ")[7] and "p = 0.031" in rows["memp"].split(" | ")[7]
+    assert "+50.0 [" in rows["memp"].split(" | ")[8]
+    assert "+ 100" in rows["memp"] and rows["none"].split(" | ")[7] == "–"
+    assert (tmp_path / "methods.md").read_text() == text

@@ -1,0 +1,137 @@
+"""Every method of `skillos run` on the same stream, one table with paired statistics.
+
+    # play them (the stack of `skillos run`, or the one already up) and print the table
+    .venv/bin/python -m bench.bench_methods run --env alfworld --per-type 2 --seeds 3 --max-turns 20
+    .venv/bin/python -m bench.bench_methods run --env webshop --limit 12 --seeds 3 --max-turns 15
+    # the table of any finished run folder with several methods
+    .venv/bin/python -m bench.bench_methods table runs/methods/alfworld
+
+One row per method: success rate (WebShop: also the score), steps, tokens and rollouts per task, final
+repo size, and the paired difference against No Memory and against SkillOS-base on the same
+(seed, task) pairs: Δ with a paired bootstrap 95 % interval and McNemar's exact p on success. Writes
+``methods.md`` into the run folder; bench/RESULTS-methods.md quotes these files.
+On a GPU cluster the same command scales by pointing the roles at vLLM (`SKILLOS_LLM_BASE_URL`, README)
+and raising ``--concurrency``, ``--per-type``/``--limit`` and ``--max-turns 30``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.bench_learning import load_records
+from harness.methods import METHODS
+from harness.stats import paired
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _keyed(recs: dict[int, dict[str, dict]], key) -> dict[tuple[int, str], float]:
+    return {(seed, task): key(r) for seed, tasks in recs.items() for task, r in tasks.items()}
+
+
+def _versus(a: dict, b: dict) -> str:
+    common = sorted(set(a) & set(b))
+    if not common:
+        return "–"
+    res = paired([a[k] for k in common], [b[k] for k in common])
+    p = f", p = {res.p_value:.2g}" if res.p_value is not None else ""
+    return f"{100 * res.diff:+.1f} [{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}]{p}"
+
+
+def table(run_dir: Path) -> str:
+    recs = load_records(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    cfg = summary.get("config", {})
+    env = cfg.get("env", "?")
+    order = [m for m in METHODS if m in recs] + sorted(m for m in recs if m not in METHODS)
+    success = {m: _keyed(recs[m], lambda r: float(bool(r["success"]))) for m in order}
+    score = {m: _keyed(recs[m], lambda r: float(r.get("reward") or 0.0)) for m in order}
+    lines = [f"### {env} / {cfg.get('split', '?')}: {len(order)} methods on the same stream", ""]
+    models = cfg.get("models") or {}
+    if models:
+        lines.append("Models: " + "; ".join(f"{role} `{m.get('served_as') or m.get('model')}`"
+                                            for role, m in models.items()) + ".")
+    lines += [(f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, order {cfg.get('order', '?')}, "
+               f"max turns {cfg.get('max_turns', '?')}, self-judge "
+               f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`."), ""]
+    graded = env == "webshop"
+    head = "| method | n | SR % |" + (" score |" if graded else "") + \
+        " steps | LLM tokens/task (executor + method) | rollouts/task | repo size | SR Δ vs none [95% CI] | SR Δ vs skillos [95% CI] |"
+    lines += [head, "|---" * (head.count("|") - 1) + "|"]
+    agg_of = {m: (summary.get("methods", {}).get(m) or {}).get("aggregate") or {} for m in order}
+    for m in order:
+        rows = [r for tasks in recs[m].values() for r in tasks.values()]
+        n = len(rows)
+        sr = 100 * sum(success[m].values()) / max(1, n)
+        size = (agg_of[m].get("final_repo_size") or {}).get("mean")
+        cells = [m, str(n), f"{sr:.1f}"]
+        if graded:
+            cells.append(f"{100 * sum(score[m].values()) / max(1, n):.1f}")
+        cells += [f"{sum(r['steps'] for r in rows) / max(1, n):.1f}",
+                  f"{sum(r.get('tokens') or 0 for r in rows) / max(1, n):,.0f} + "
+                  f"{sum((r.get('method_info') or {}).get('writer_tokens', 0) for r in rows) / max(1, n):,.0f}",
+                  f"{sum(r.get('rollouts') or 1 for r in rows) / max(1, n):.1f}",
+                  "–" if size is None else f"{size:.1f}",
+                  "–" if m == "none" or "none" not in success else _versus(success[m], success["none"]),
+                  "–" if m == "skillos" or "skillos" not in success else _versus(success[m], success["skillos"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    own = [(m, agg_of[m].get("method_measures") or {}) for m in order]
+    own = [(m, ms) for m, ms in own if ms]
+    if own:
+        lines += ["", "Each method's own measures (mean over seeds): " + "; ".join(
+            f"**{m}** " + ", ".join(f"{k.replace('_', ' ')} {v['mean']:.2f}" for k, v in ms.items()
+                                    if v.get("mean") is not None) for m, ms in own) + "."]
+    text = "\n".join(lines) + "\n"
+    (run_dir / "methods.md").write_text(text)
+    return text
+
+
+def run(args) -> None:
+    out = Path(args.out or f"runs/methods/{args.env}")
+    cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", args.env, "--method", args.methods,
+           "--seeds", str(args.seeds), "--max-turns", str(args.max_turns), "--concurrency", str(args.concurrency),
+           "--order", "grouped", "--out", str(out)]
+    for flag in ("split", "per_type", "task_type", "limit", "retrieval"):
+        if getattr(args, flag):
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.oracle_judge:
+        cmd.append("--oracle-judge")
+    for p in args.param:
+        cmd += ["--param", p]
+    print("$ " + " ".join(cmd[2:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    print(table(out))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="play the methods on one stream, then print the table")
+    r.add_argument("--env", default="alfworld", choices=["alfworld", "webshop", "reasoning"])
+    r.add_argument("--methods", default=",".join(METHODS))
+    r.add_argument("--split")
+    r.add_argument("--per-type", type=int)
+    r.add_argument("--task-type")
+    r.add_argument("--limit", type=int)
+    r.add_argument("--retrieval")
+    r.add_argument("--seeds", type=int, default=3)
+    r.add_argument("--max-turns", type=int, default=20)
+    r.add_argument("--concurrency", type=int, default=2)
+    r.add_argument("--oracle-judge", action="store_true")
+    r.add_argument("--param", action="append", default=[])
+    r.add_argument("--out")
+    t = sub.add_parser("table", help="the table of a finished run folder")
+    t.add_argument("run_dir", type=Path)
+    args = p.parse_args()
+    if args.cmd == "run":
+        run(args)
+    else:
+        print(table(args.run_dir))
+
+
+if __name__ == "__main__":
+    main()
