@@ -9,7 +9,7 @@
 One row per method: success rate (WebShop: also the score), steps, tokens and rollouts per task, final
 repo size, and the paired difference against No Memory and against SkillOS-base on the same
 (seed, task) pairs: Δ with a paired bootstrap 95 % interval and McNemar's exact p on success. Writes
-``methods.md`` into the run folder; bench/RESULTS-methods.md quotes these files.
+``methods.md`` into the run folder.
 On a GPU cluster the same command scales by pointing the roles at vLLM (`SKILLOS_LLM_BASE_URL`, README)
 and raising ``--concurrency``, ``--per-type``/``--limit`` and ``--max-turns 30``.
 """
@@ -72,8 +72,8 @@ def table(run_dir: Path) -> str:
         if graded:
             cells.append(f"{100 * sum(score[m].values()) / max(1, n):.1f}")
         cells += [f"{sum(r['steps'] for r in rows) / max(1, n):.1f}",
-                  f"{sum(r.get('tokens') or 0 for r in rows) / max(1, n):,.0f} + "
-                  f"{sum((r.get('method_info') or {}).get('writer_tokens', 0) for r in rows) / max(1, n):,.0f}",
+                  (f"{sum(r.get('tokens') or 0 for r in rows) / max(1, n):,.0f} + "
+                   f"{sum((r.get('method_info') or {}).get('writer_tokens', 0) for r in rows) / max(1, n):,.0f}"),
                   f"{sum(r.get('rollouts') or 1 for r in rows) / max(1, n):.1f}",
                   "–" if size is None else f"{size:.1f}",
                   "–" if m == "none" or "none" not in success else _versus(success[m], success["none"]),

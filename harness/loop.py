@@ -261,19 +261,11 @@ async def curate(position: int, spec: TaskSpec, episode: EpisodeResponse, judged
         record.curator_completion = response.raw_completion
         record.curator_call_id = getattr(response, "call_id", "") or ""
         record.validity_rate = response.validity_rate if response.calls or not response.error else 0.0
+        record.method_info["writer_tokens"] = response.usage.prompt_tokens + response.usage.completion_tokens
         record.ops = [OpRecord(name=c.name, skill_name=c.skill_name or (c.arguments or {}).get("skill_name"),
                                valid=c.valid,
                                applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
     record.curate_s = time.perf_counter() - start
-
-
-async def run_step(position: int, spec: TaskSpec, config: StreamConfig, *, executor: ExecutorLike,
-                   curator: CuratorLike | None, repo: RepoLike | None, llm: Any = None) -> TaskRecord:
-    """One task of the stream, played by ``config.method``."""
-    from harness.methods import StreamContext, build_method
-
-    method = build_method(config.method, config.params)
-    return await method.play(position, spec, StreamContext(config, executor, curator, repo, llm))
 
 
 async def run_stream(tasks: list[TaskSpec], config: StreamConfig, *, executor: ExecutorLike,

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.loop import TaskRecord
 from harness.methods import METHODS
+from harness.methods.base import mean as _mean
 
 
 @dataclass
@@ -29,10 +30,6 @@ class StreamRun:
     seed: int
     repo: str | None
     records: list[TaskRecord]
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
 
 
 def _mean_std(xs: list[float]) -> dict[str, float | None]:

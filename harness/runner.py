@@ -26,6 +26,8 @@ from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 
+# the methods' first dense search on a fresh skill repo loads its encoder (~8 s idle, more on a busy machine)
+REPO_TIMEOUT_S = 180.0
 DEFAULT_SPLITS = {"alfworld": "valid_seen", "webshop": "test", "reasoning": "test"}
 
 
@@ -131,7 +133,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
     run_id = f"run-{stamp}-{random.randrange(16**6):06x}"
     env_url = opts.urls["env"]
     async with AsyncEnvClient(env_url, token=opts.token) as env_client, \
-            AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token) as repo_client, \
+            AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token,
+                                 timeout=REPO_TIMEOUT_S) as repo_client, \
             AsyncCuratorClient(opts.urls["curator"], token=opts.token) as curator, \
             AsyncExecutorClient(opts.urls["executor"], token=opts.token) as executor, \
             writer_llm(opts.llms) as writer:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from skillos.protocol.executor import SkillText
+from skillos.protocol.executor import RetrievedSkill, SkillText
 from skillos.protocol.skillrepo import SearchMode, Skill
 from skillos.skills import DESCRIPTION_MAX, NAME_MAX, normalize_name
 
@@ -24,8 +24,8 @@ class Hit:
     score: float
 
 
-def skill_text(skill: Skill) -> SkillText:
-    """A skill as the executor takes it inline."""
+def skill_text(skill: Skill | RetrievedSkill) -> SkillText:
+    """A skill (from the repo, or as an episode echoed it) as the executor takes it inline."""
     return SkillText(name=skill.name, description=skill.description, body=skill.body, version=skill.version)
 
 
@@ -37,10 +37,18 @@ def unique_name(text: str, taken: Iterable[str], fallback: str = "skill") -> str
         return base
     digest = hashlib.sha1(text.encode()).hexdigest()
     for i in range(0, 40, 6):
-        name = f"{base[:NAME_MAX - 7]}-{digest[i:i + 6]}"
+        name = f"{base[:NAME_MAX - 7].rstrip('-')}-{digest[i:i + 6]}"
         if name not in taken:
             return name
     raise ValueError(f"no free name for {text[:60]!r}")
+
+
+def number(meta: dict[str, Any], key: str, default: float) -> float:
+    """A number a method keeps in a skill's metadata (``default`` when absent or not a number)."""
+    try:
+        return float(meta.get(key, default))
+    except (TypeError, ValueError):
+        return default
 
 
 def clip_description(text: str, fallback: str) -> str:

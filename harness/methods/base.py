@@ -107,6 +107,10 @@ class Method:
                     record: TaskRecord) -> None:
         """Edit the bank after the episode (nothing for No Memory)."""
 
+    async def boundary(self, position: int, ctx: StreamContext, record: TaskRecord) -> None:
+        """After every task, whatever its episode or learning step did: where periodic rounds run
+        (SAPO's promotion, SkillRL's evolution), so a failed task never skips one."""
+
     @classmethod
     def measures(cls, records: Sequence[TaskRecord]) -> dict[str, float | None]:
         """The method's own numbers for one stream (promotions, utilities, ...), for the report."""
@@ -124,16 +128,20 @@ class Method:
             record.curator_error = f"selection failed, played without skills: {type(e).__name__}: {e}"
             skills = []
         episode = await self.rollouts(position, spec, ctx, record, skills)
-        if episode is None or not self.uses_repo:
+        if not self.uses_repo:
             return record
-        if episode.error:
+        if episode is not None and episode.error:
             # nothing is learned from a broken episode (LLM or env down): leave the bank as it is
             record.curator_error = "skipped: the episode failed with an error"
-            return record
+        elif episode is not None:
+            try:
+                await self.learn(position, spec, episode, ctx, record)
+            except Exception as e:  # noqa: BLE001 - the stream goes on with the bank as it is
+                record.curator_error = f"{type(e).__name__}: {e}"
         try:
-            await self.learn(position, spec, episode, ctx, record)
-        except Exception as e:  # noqa: BLE001 - the stream goes on with the bank as it is
-            record.curator_error = f"{type(e).__name__}: {e}"
+            await self.boundary(position, ctx, record)
+        except Exception as e:  # noqa: BLE001 - said in the record; the next round reads the repo afresh
+            record.method_info["round_error"] = f"{type(e).__name__}: {e}"
         try:
             record.repo_size = (await ctx.repo.get_repo(ctx.config.repo)).skill_count
         except Exception:  # noqa: BLE001 - size is a report detail, not worth failing the task

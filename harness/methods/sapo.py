@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from harness.loop import TaskRecord, TaskSpec, play_episode, verdict
-from harness.methods.bank import Bank, clip_description, skill_text, unique_name
+from harness.methods.bank import Bank, clip_description, number, skill_text, unique_name
 from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from harness.methods.writer import parse_json_object, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
@@ -76,10 +76,7 @@ def to_prune(utilities: dict[str, float], capacity: int) -> list[str]:
 
 
 def _u(skill: Skill) -> float:
-    try:
-        return float(skill.metadata.get("utility", 0.0))
-    except (TypeError, ValueError):
-        return 0.0
+    return number(skill.metadata, "utility", 0.0)
 
 
 class SAPO(Method):
@@ -107,20 +104,31 @@ class SAPO(Method):
                              method=self.name, seed=ctx.config.seed)
         return 1.0 if await verdict(ctx.executor, episode, spec, ctx.config, scratch) else 0.0
 
+    async def _more(self, spec: TaskSpec, ctx: StreamContext, record: TaskRecord, skills: list[SkillText],
+                    count: int, first_seed: int) -> list[EpisodeResponse]:
+        """``count`` more rollouts of the task, counted in the record as they end (tokens, rollouts)."""
+        played = []
+        for i in range(count):
+            ep = await play_episode(ctx.executor, spec, ctx.config, None, skills=skills or None,
+                                    seed=first_seed + 1000 * i)
+            record.rollouts += 1
+            record.tokens += ep.tokens.total
+            played.append(ep)
+        return played
+
     async def learn(self, position: int, spec: TaskSpec, episode: EpisodeResponse, ctx: StreamContext,
                     record: TaskRecord) -> None:
         cfg = ctx.config
         seed = cfg.seed or 0
-        given = [SkillText(name=s.name, description=s.description, body=s.body, version=s.version)
-                 for s in episode.skills]
-        base_eps = [episode]
-        for i in range(1, self.p.base_rollouts):
-            base_eps.append(await play_episode(ctx.executor, spec, cfg, None, skills=given or None,
-                                               seed=seed + 1000 * i))
+        given = [skill_text(s) for s in episode.skills]
+        info = record.method_info
+        info["candidate"] = None
+        base_eps = [episode, *await self._more(spec, ctx, record, given, self.p.base_rollouts - 1, seed + 1000)]
         # the scored episode's verdict is the record's (self-judged once); the extra rollouts are judged alike
         first = await self.judged(spec, episode, ctx, record)
         base = [float(first) if cfg.self_judge else float(episode.reward)]
         base += [await self._reward(e, spec, ctx) for e in base_eps[1:]]
+        info["base"] = base
         task = episode.instruction or spec.instruction or spec.id
         listing = "\n".join(f"- {s.name}: {s.description}" for s in given) or "(none)"
         attempts = "\n\n".join(f"Attempt {i + 1} ({'success' if r > 0 else 'failure'}):\n"
@@ -128,34 +136,35 @@ class SAPO(Method):
         text, tokens = await write(ctx.llm, SYSTEM, INDUCE.format(task=task, skills=listing, trajectories=attempts),
                                    max_tokens=self.p.max_tokens, seed=cfg.seed)
         record.curator_completion = text
-        info = record.method_info
-        info.update(base=base, writer_tokens=tokens, candidate=None)
+        info["writer_tokens"] = tokens
         obj = parse_json_object(text) or {}
         content = str(obj.get("content") or "").strip() or (text.strip() if not obj else "")
+        if not content:
+            return
         candidates = self._candidates(ctx)
-        if content:
-            pending = await candidates.skills()
-            title = str(obj.get("name") or obj.get("description") or f"{episode.task_type or spec.type} skill")
-            name = unique_name(title, pending, fallback="candidate")
-            candidate = SkillText(name=name, description=clip_description(str(obj.get("description") or ""), title),
-                                  body=content)
-            aug_eps = [await play_episode(ctx.executor, spec, cfg, None, skills=[*given, candidate][-50:],
-                                          seed=seed + 1000 * (self.p.base_rollouts + i))
-                       for i in range(self.p.augmented_rollouts)]
-            augmented = [await self._reward(e, spec, ctx) for e in aug_eps]
-            utility = marginal_utility(base, augmented)
-            await candidates.write(name, candidate.description, candidate.body,
-                                   {"status": "pending", "utility": round(utility, 6), "base": base,
-                                    "augmented": augmented, "source_task": spec.id[:200], "position": position,
-                                    "round": position // self.p.promote_every})
-            record.tokens += sum(e.tokens.total for e in aug_eps)
-            info.update(candidate=name, augmented=augmented, utility=utility, read=bool(obj))
-            record.rollouts = len(base_eps) + len(aug_eps)
+        title = str(obj.get("name") or obj.get("description") or f"{episode.task_type or spec.type} skill")
+        name = unique_name(title, await candidates.skills(), fallback="candidate")
+        candidate = SkillText(name=name, description=clip_description(str(obj.get("description") or ""), title),
+                              body=content)
+        aug_eps = await self._more(spec, ctx, record, [*given, candidate], self.p.augmented_rollouts,
+                                   seed + 1000 * self.p.base_rollouts)
+        augmented = [await self._reward(e, spec, ctx) for e in aug_eps]
+        meta: dict[str, Any] = {"base": base, "augmented": augmented, "source_task": spec.id[:200],
+                                "position": position, "round": position // self.p.promote_every}
+        broken = [e.error for e in [*base_eps, *aug_eps] if e.error]
+        if broken:
+            # a rollout lost to an LLM or env failure says nothing of the skill: no utility, never promoted
+            meta.update(status="invalid", error=broken[0][:300])
+            info.update(candidate=name, invalid=broken[0][:300], read=bool(obj))
         else:
-            record.rollouts = len(base_eps)
-        record.tokens += sum(e.tokens.total for e in base_eps[1:])
+            utility = marginal_utility(base, augmented)
+            meta.update(status="pending", utility=round(utility, 6))
+            info.update(candidate=name, augmented=augmented, utility=utility, read=bool(obj))
+        await candidates.write(name, candidate.description, candidate.body, meta)
+
+    async def boundary(self, position: int, ctx: StreamContext, record: TaskRecord) -> None:
         if (position + 1) % self.p.promote_every == 0:
-            info["promotion"] = await self.promote(ctx)
+            record.method_info["promotion"] = await self.promote(ctx)
 
     async def promote(self, ctx: StreamContext) -> dict[str, Any]:
         """Move the validated candidates to the long-term bank; mark the rest discarded; prune."""
@@ -188,6 +197,7 @@ class SAPO(Method):
     def measures(cls, records: Sequence[TaskRecord]) -> dict[str, float | None]:
         rounds = info_values(records, "promotion")
         return {"candidates": float(sum(bool(c) for c in info_values(records, "candidate"))),
+                "invalid_candidates": float(len(info_values(records, "invalid"))),
                 "mean_utility": mean(info_values(records, "utility")),
                 "positive_utility_rate": mean([float(u > 0) for u in info_values(records, "utility")]),
                 "promotion_rounds": float(len(rounds)),

@@ -17,12 +17,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import Field
 
 from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import Hit, clip_description, skill_text, unique_name
+from harness.methods.bank import Hit, clip_description, number, skill_text, unique_name
 from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from harness.methods.writer import parse_json_object, tagged, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
@@ -93,13 +92,6 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def _utility(meta: dict[str, Any], default: float) -> float:
-    try:
-        return float(meta.get("utility", default))
-    except (TypeError, ValueError):
-        return default
-
-
 class Skill1(Method):
     name = "skill1"
     title = "Skill1"
@@ -111,25 +103,26 @@ class Skill1(Method):
         task = spec.instruction or spec.id
         text, tokens = await write(ctx.llm, SYSTEM, QUERY.format(task=task), max_tokens=64, seed=ctx.config.seed)
         query = _first_line(re.sub(r"</?query>", " ", tagged("<query>" + text, "query") or ""))[:300]
-        info: dict[str, Any] = {"query": query or task, "query_read": bool(query), "writer_tokens": tokens}
+        # written as it goes: if a later call fails, learn still sees the candidates and their trends
+        info = record.method_info
+        info.update(query=query or task, query_read=bool(query), writer_tokens=tokens)
         hits: list[Hit] = await ctx.bank(self.name).search(query or task, self.p.candidates, self.p.retrieval)
         info["candidates"] = [h.skill.name for h in hits]
-        info["candidate_utilities"] = [_utility(h.skill.metadata, self.p.initial_utility) for h in hits]
-        chosen: list[SkillText] = []
-        if hits:
-            order = list(range(len(hits)))
-            if len(hits) > 1:
-                listing = "\n".join(f"[{i}] {h.skill.description}\n{h.skill.body[:600]}" for i, h in enumerate(hits, 1))
-                text, tokens = await write(ctx.llm, SYSTEM, RANK.format(task=task, n=len(hits), candidates=listing),
-                                           max_tokens=48, seed=ctx.config.seed, temperature=0.0)
-                info["writer_tokens"] += tokens
-                parsed = parse_rank(text, len(hits))
-                info["rank_read"] = parsed is not None
-                order = parsed or order  # unreadable: the encoder's order (greedy)
+        info["candidate_utilities"] = [number(h.skill.metadata, "utility", self.p.initial_utility) for h in hits]
+        if not hits:
+            return []
+        order = list(range(len(hits)))
+        info["ranked"] = [h.skill.name for h in hits]
+        if len(hits) > 1:
+            listing = "\n".join(f"[{i}] {h.skill.description}\n{h.skill.body[:600]}" for i, h in enumerate(hits, 1))
+            text, tokens = await write(ctx.llm, SYSTEM, RANK.format(task=task, n=len(hits), candidates=listing),
+                                       max_tokens=48, seed=ctx.config.seed, temperature=0.0)
+            info["writer_tokens"] += tokens
+            parsed = parse_rank(text, len(hits))
+            info["rank_read"] = parsed is not None
+            order = parsed or order  # unreadable: the encoder's order (greedy)
             info["ranked"] = [hits[i].skill.name for i in order]
-            chosen = [skill_text(hits[order[0]].skill)]
-        record.method_info.update(info)
-        return chosen
+        return [skill_text(hits[order[0]].skill)]
 
     async def learn(self, position: int, spec: TaskSpec, episode: EpisodeResponse, ctx: StreamContext,
                     record: TaskRecord) -> None:
@@ -139,12 +132,12 @@ class Skill1(Method):
         info = record.method_info
         before = info.get("candidate_utilities", [])
         info["variation"] = var = variation(r, before)
-        chosen = info.get("ranked", [None])[0]
+        chosen = episode.skills[0].name if episode.skills else None  # the one it acted with
         for name in info.get("candidates", []):
             skill = skills.get(name)
             if skill is None:
                 continue
-            u = ema(_utility(skill.metadata, self.p.initial_utility), r, self.p.alpha)
+            u = ema(number(skill.metadata, "utility", self.p.initial_utility), r, self.p.alpha)
             n = int(skill.metadata.get("selected", 0)) + int(name == chosen)
             skills[name] = await bank.update_metadata(skill, utility=round(u, 6), selected=n)
         info["admitted"] = None
@@ -169,7 +162,7 @@ class Skill1(Method):
         info["retired"] = []
         while len(skills) > self.p.capacity:
             worst = min(skills.values(), key=lambda s: (retirement_score(
-                _utility(s.metadata, self.p.initial_utility), int(s.metadata.get("selected", 0))), s.name))
+                number(s.metadata, "utility", self.p.initial_utility), int(s.metadata.get("selected", 0))), s.name))
             await bank.delete(worst.name)
             del skills[worst.name]
             info["retired"].append(worst.name)

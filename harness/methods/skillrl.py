@@ -138,7 +138,8 @@ class SkillRL(Method):
                      record: TaskRecord) -> list[SkillText]:
         bank = ctx.bank(self.name)
         skills = await bank.skills()
-        general = [s for s in skills.values() if s.metadata.get("tier") == "general"]
+        # a skill without a tier (a library the stream was forked from) is general: always in context
+        general = [s for s in skills.values() if s.metadata.get("tier", "general") == "general"]
         specific = []
         if self.p.k and any(s.metadata.get("tier") == "specific" for s in skills.values()):
             hits = await bank.search(spec.instruction or spec.id, self.p.pool, "dense", skills)
@@ -178,8 +179,12 @@ class SkillRL(Method):
                                                  "kind": "skill" if success else "lesson",
                                                  "source_task": spec.id[:200], "position": position})
                 info["distilled"] = name
+
+    async def boundary(self, position: int, ctx: StreamContext, record: TaskRecord) -> None:
         if (position + 1) % self.p.evolve_every == 0:
-            info["evolution"] = await self.evolve(position, ctx, skills)
+            report = await self.evolve(position, ctx, await ctx.bank(self.name).skills())
+            record.method_info["evolution"] = report
+            record.method_info["writer_tokens"] = record.method_info.get("writer_tokens", 0) + report["writer_tokens"]
 
     async def _duplicate(self, bank: Bank, text: str, category: str, skills: dict[str, Skill]) -> str | None:
         if not any(s.metadata.get("category") == category for s in skills.values()):
@@ -200,12 +205,14 @@ class SkillRL(Method):
         weak = categories_to_evolve(outcomes, self.p.evolve_below)
         report: dict[str, Any] = {"round": (position + 1) // self.p.evolve_every,
                                   "success": {c: round(sum(v) / len(v), 4) for c, v in sorted(outcomes.items())},
-                                  "evolved": weak, "added": []}
-        if not any(s.metadata.get("tier") == "general" for s in skills.values()) and self.p.general_skills and recorded:
+                                  "evolved": weak, "added": [], "writer_tokens": 0}
+        if not any(s.metadata.get("tier", "general") == "general" for s in skills.values()) \
+                and self.p.general_skills and recorded:
             sample = "\n\n".join(f"[{'success' if t.metadata.get('success') else 'failure'}] {t.description}\n"
                                  f"{t.body[-1200:]}" for t in recorded[-6:])
-            text, _ = await write(ctx.llm, SYSTEM, GENERAL.format(trajectories=sample, n=self.p.general_skills),
-                                  max_tokens=self.p.max_tokens, seed=ctx.config.seed)
+            text, tokens = await write(ctx.llm, SYSTEM, GENERAL.format(trajectories=sample, n=self.p.general_skills),
+                                       max_tokens=self.p.max_tokens, seed=ctx.config.seed)
+            report["writer_tokens"] += tokens
             for obj in parse_json_list(text)[:self.p.general_skills]:
                 fields = _skill_fields(obj)
                 if fields:
@@ -221,9 +228,10 @@ class SkillRL(Method):
             picked = round_robin(failures, self.p.max_failures)
             listing = "\n\n".join(f"[{t.metadata.get('category')}] {t.description}\n{t.body[-1000:]}" for t in picked)
             titles = ", ".join(sorted(skills)) or "(none)"
-            text, _ = await write(ctx.llm, SYSTEM, EVOLVE.format(failures=listing, titles=titles, n=self.p.max_new,
-                                                                 categories=", ".join(weak)),
-                                  max_tokens=self.p.max_tokens, seed=ctx.config.seed)
+            text, tokens = await write(ctx.llm, SYSTEM, EVOLVE.format(failures=listing, titles=titles, n=self.p.max_new,
+                                                                      categories=", ".join(weak)),
+                                       max_tokens=self.p.max_tokens, seed=ctx.config.seed)
+            report["writer_tokens"] += tokens
             for obj in parse_json_list(text)[:self.p.max_new]:
                 fields = _skill_fields(obj)
                 if not fields:

@@ -6,25 +6,20 @@ so a method can record "unreadable" instead of storing noise or failing the stre
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from skillos.curation.parse import decode_json_values
+from skillos.curation.prompt import format_trajectory
 from skillos.protocol.executor import EpisodeResponse
 
 TRAJECTORY_CHARS = 6000  # of a trajectory shown to the writer: the last turns are kept
 
 
 def trajectory_text(episode: EpisodeResponse, max_chars: int = TRAJECTORY_CHARS) -> str:
-    """The episode as the writer reads it: numbered actions with what the environment answered."""
-    lines = []
-    for t in episode.turns:
-        observation = " ".join(t.observation.split())[:300]
-        lines.append(f"{t.index + 1}. observation: {observation}\n   action: {t.action}")
-    if episode.final_answer:
-        lines.append(f"final answer: {episode.final_answer[:500]}")
-    text = "\n".join(lines) or "(no actions)"
+    """The episode as the curator's prompt shows a trajectory, its end kept when it is too long."""
+    text = format_trajectory(episode)
     return text if len(text) <= max_chars else "…" + text[-max_chars:]
 
 
@@ -79,41 +74,24 @@ def parse_items(text: str, max_items: int) -> list[Item]:
     return out[:max_items]
 
 
+def _json_values(text: str) -> list[Any]:
+    """Every top-level JSON object or array in ``text`` (the curator's scanner: braces inside strings
+    and prose before the JSON are fine)."""
+    return decode_json_values(text)[0]
+
+
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """The first JSON object in ``text`` (fenced or not), or None."""
-    start = text.find("{")
-    while start != -1:
-        depth = 0
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        value = json.loads(text[start:i + 1])
-                    except ValueError:
-                        break
-                    if isinstance(value, dict):
-                        return value
-                    break
-        start = text.find("{", start + 1)
-    return None
+    return next((v for v in _json_values(text) if isinstance(v, dict)), None)
 
 
 def parse_json_list(text: str) -> list[dict[str, Any]]:
-    """The objects of the first JSON array in ``text``, else the first JSON object alone, else []."""
-    start = text.find("[")
-    end = text.rfind("]")
-    if start != -1 and end > start:
-        try:
-            value = json.loads(text[start:end + 1])
-            if isinstance(value, list):
-                return [v for v in value if isinstance(v, dict)]
-        except ValueError:
-            pass
-    obj = parse_json_object(text)
-    return [obj] if obj is not None else []
+    """The objects of the first JSON array of objects in ``text``, else the first JSON object alone, else []."""
+    values = _json_values(text)
+    array = next((v for v in values if isinstance(v, list) and any(isinstance(x, dict) for x in v)), None)
+    if array is not None:
+        return [v for v in array if isinstance(v, dict)]
+    return [v for v in values if isinstance(v, dict)][:1]
 
 
 def tagged(text: str, tag: str) -> str | None:

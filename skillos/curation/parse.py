@@ -91,7 +91,7 @@ def _from_obj(obj: Any, source: str, raw: str) -> list[ParsedCall]:
     return [ParsedCall(name=name, arguments=args, source=source, raw=raw)]
 
 
-def _decode_all(text: str) -> tuple[list[Any], str | None]:
+def decode_json_values(text: str) -> tuple[list[Any], str | None]:
     """Every top-level JSON object or array in ``text``, scanning left to right.
     Returns the values and, if an object started but never closed, a note that it was cut off."""
     decoder = json.JSONDecoder()
@@ -136,7 +136,7 @@ def _parse_tagged(content: str) -> list[ParsedCall]:
         body = match.group(1).strip()
         value = _lenient_json(body)
         if value is None:
-            values, cut = _decode_all(body)
+            values, cut = decode_json_values(body)
             if not values:
                 out.append(ParsedCall(source="tag", raw=body,
                                       error=cut or "<tool_call> does not contain a JSON object"))
@@ -154,7 +154,7 @@ def _parse_json(content: str) -> list[ParsedCall]:
         if whole is not None:
             out.extend(_from_obj(whole, "json", block.strip()))
             continue
-        values, cut = _decode_all(block)
+        values, cut = decode_json_values(block)
         for value in values:
             if isinstance(value, dict) and not any(k in value for k in ("name", "function", "calls", *OP_NAMES,
                                                                           *_ALIASES)):
