@@ -94,8 +94,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from harness.methods import METHODS
 
         for name, cls in METHODS.items():
-            doc = (sys.modules[cls.__module__].__doc__ or "").strip()
-            typer.echo(f"{name}  ({cls.title})  {doc.splitlines()[0] if doc else ''}")
+            lead = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
+            typer.echo(f"{name}  ({cls.title})  {lead[:150] + ('…' if len(lead) > 150 else '')}")
             for field, info in cls.Params.model_fields.items():
                 typer.echo(f"    {field} = {info.default!r}  {info.description or ''}".rstrip())
 

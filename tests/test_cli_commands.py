@@ -58,3 +58,11 @@ def test_run_refuses_bad_options_before_anything_starts():
         proc = subprocess.run([sys.executable, "-m", "skillos.cli", "run", "--no-start", *args], capture_output=True, check=False,
                               text=True, timeout=120, cwd=ROOT)
         assert proc.returncode != 0 and says in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+
+
+def test_methods_lists_every_method_with_its_parameters():
+    out = subprocess.run([sys.executable, "-m", "skillos.cli", "methods"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert names == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp"]
+    assert "    alpha = 0.05" in out and "    top_fraction = 0.2" in out
