@@ -39,6 +39,19 @@ def load_records(run_dir: Path) -> dict[str, dict[int, dict[str, dict]]]:
     return out
 
 
+def run_header(title: str, cfg: dict, run_dir: Path) -> list[str]:
+    """The heading of a run's table: the models of each role and how the stream was played."""
+    lines = [f"### {title}", ""]
+    models = cfg.get("models") or {}
+    if models:
+        lines.append("Models: " + "; ".join(f"{role} `{m.get('served_as') or m.get('model')}`"
+                                            for role, m in models.items()) + ".")
+    lines += [(f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, max turns {cfg.get('max_turns', '?')}, "
+              f"k = {cfg.get('k', '?')}, order {cfg.get('order', '?')}, self-judge "
+              f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`."), ""]
+    return lines
+
+
 def _pairs(a: dict[str, dict], b: dict[str, dict], key) -> tuple[list[float], list[float]]:
     common = sorted(set(a) & set(b))
     return [key(a[t]) for t in common], [key(b[t]) for t in common]
@@ -54,14 +67,7 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
     measures = [("SR (%)", lambda r: float(bool(r["success"])), True)]
     if env == "webshop":
         measures.append(("score (×100)", lambda r: float(r.get("reward") or 0.0), True))
-    lines = [f"### {env} / {cfg.get('split', '?')}: {method_a} vs {method_b}", ""]
-    models = cfg.get("models") or {}
-    if models:
-        lines.append("Models: " + "; ".join(f"{role} `{m.get('served_as') or m.get('model')}`"
-                                            for role, m in models.items()) + ".")
-    lines += [(f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, max turns {cfg.get('max_turns', '?')}, "
-              f"k = {cfg.get('k', '?')}, order {cfg.get('order', '?')}, self-judge "
-              f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`."), ""]
+    lines = run_header(f"{env} / {cfg.get('split', '?')}: {method_a} vs {method_b}", cfg, run_dir)
     seeds = sorted(set(recs[method_a]) & set(recs[method_b]))
     header = "| seed | n | " + " | ".join(f"{name}: {method_a} vs {method_b}, Δ [95% CI]" for name, _, _ in measures)
     lines += [header + " | McNemar p (SR) | steps " + f"{method_a} / {method_b} |",

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.bench_learning import load_records
+from bench.bench_learning import load_records, run_header
 from harness.methods import METHODS
 from harness.stats import paired
 
@@ -50,14 +50,7 @@ def table(run_dir: Path) -> str:
     order = [m for m in METHODS if m in recs] + sorted(m for m in recs if m not in METHODS)
     success = {m: _keyed(recs[m], lambda r: float(bool(r["success"]))) for m in order}
     score = {m: _keyed(recs[m], lambda r: float(r.get("reward") or 0.0)) for m in order}
-    lines = [f"### {env} / {cfg.get('split', '?')}: {len(order)} methods on the same stream", ""]
-    models = cfg.get("models") or {}
-    if models:
-        lines.append("Models: " + "; ".join(f"{role} `{m.get('served_as') or m.get('model')}`"
-                                            for role, m in models.items()) + ".")
-    lines += [(f"{cfg.get('tasks', '?')} tasks × {cfg.get('seeds', '?')} seeds, order {cfg.get('order', '?')}, "
-               f"max turns {cfg.get('max_turns', '?')}, self-judge "
-               f"{'on' if cfg.get('self_judge', True) else 'off (oracle)'}; run folder `{run_dir}`."), ""]
+    lines = run_header(f"{env} / {cfg.get('split', '?')}: {len(order)} methods on the same stream", cfg, run_dir)
     graded = env == "webshop"
     head = "| method | n | SR % |" + (" score |" if graded else "") + \
         " steps | LLM tokens/task (executor + method) | rollouts/task | repo size | SR Δ vs none [95% CI] | SR Δ vs skillos [95% CI] |"

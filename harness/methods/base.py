@@ -28,8 +28,9 @@ from harness.loop import (
     play_episode,
     verdict,
 )
-from harness.methods.bank import Bank
+from harness.methods.bank import Bank, skill_text
 from skillos.protocol.executor import EpisodeResponse, SkillText
+from skillos.protocol.skillrepo import SearchMode
 
 
 class NoParams(BaseModel):
@@ -65,6 +66,7 @@ class Method:
     uses_repo: ClassVar[bool] = True
     uses_curator: ClassVar[bool] = False   # the curator service (SkillOS)
     uses_writer: ClassVar[bool] = False    # an LLM of its own (distillation, queries)
+    companions: ClassVar[tuple[str, ...]] = ()  # repos beside the stream's, named <repo>-<suffix>
 
     def __init__(self, params: BaseModel | None = None):
         self.p = params if params is not None else self.Params()
@@ -89,7 +91,17 @@ class Method:
     # --- the hooks ---
 
     async def setup(self, ctx: StreamContext) -> None:
-        """Once per stream, before the first task (e.g. create a companion repo)."""
+        """Once per stream, before the first task: the companion repos exist."""
+        for suffix in self.companions:
+            await self.companion(ctx, suffix).ensure()
+
+    def companion(self, ctx: StreamContext, suffix: str) -> Bank:
+        return ctx.bank(self.name).companion(suffix)
+
+    async def nearest(self, spec: TaskSpec, ctx: StreamContext, k: int, mode: SearchMode) -> list[SkillText]:
+        """The ``k`` skills of the bank nearest the task's instruction, given inline."""
+        hits = await ctx.bank(self.name).search(spec.instruction or spec.id, k, mode)
+        return [skill_text(h.skill) for h in hits]
 
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText] | None:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import clip_description, skill_text, unique_name
+from harness.methods.bank import clip_description, unique_name
 from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import SearchMode
@@ -69,8 +69,7 @@ class MemP(Method):
 
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
-        hits = await ctx.bank(self.name).search(spec.instruction or spec.id, self.p.k, self.p.retrieval)
-        return [skill_text(h.skill) for h in hits]
+        return await self.nearest(spec, ctx, self.p.k, self.p.retrieval)
 
     async def learn(self, position: int, spec: TaskSpec, episode: EpisodeResponse, ctx: StreamContext,
                     record: TaskRecord) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import clip_description, skill_text, unique_name
+from harness.methods.bank import clip_description, unique_name
 from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from harness.methods.writer import parse_items, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
@@ -64,8 +64,7 @@ class ReasoningBank(Method):
 
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
-        hits = await ctx.bank(self.name).search(spec.instruction or spec.id, self.p.k, self.p.retrieval)
-        return [skill_text(h.skill) for h in hits]
+        return await self.nearest(spec, ctx, self.p.k, self.p.retrieval)
 
     async def learn(self, position: int, spec: TaskSpec, episode: EpisodeResponse, ctx: StreamContext,
                     record: TaskRecord) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from harness.loop import TaskRecord, TaskSpec, play_episode, verdict
-from harness.methods.bank import Bank, clip_description, number, skill_text, unique_name
+from harness.methods.bank import clip_description, number, skill_text, unique_name
 from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from harness.methods.writer import parse_json_object, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
@@ -85,11 +85,7 @@ class SAPO(Method):
     Params = Params
     uses_writer = True
 
-    def _candidates(self, ctx: StreamContext) -> Bank:
-        return ctx.bank(self.name).companion("candidates")
-
-    async def setup(self, ctx: StreamContext) -> None:
-        await self._candidates(ctx).ensure()
+    companions = ("candidates",)
 
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
@@ -141,7 +137,7 @@ class SAPO(Method):
         content = str(obj.get("content") or "").strip() or (text.strip() if not obj else "")
         if not content:
             return
-        candidates = self._candidates(ctx)
+        candidates = self.companion(ctx, "candidates")
         title = str(obj.get("name") or obj.get("description") or f"{episode.task_type or spec.type} skill")
         name = unique_name(title, await candidates.skills(), fallback="candidate")
         candidate = SkillText(name=name, description=clip_description(str(obj.get("description") or ""), title),
@@ -168,7 +164,7 @@ class SAPO(Method):
 
     async def promote(self, ctx: StreamContext) -> dict[str, Any]:
         """Move the validated candidates to the long-term bank; mark the rest discarded; prune."""
-        bank, candidates = ctx.bank(self.name), self._candidates(ctx)
+        bank, candidates = ctx.bank(self.name), self.companion(ctx, "candidates")
         pending = {s.name: s for s in (await candidates.skills()).values() if s.metadata.get("status") == "pending"}
         chosen = promotable({n: _u(s) for n, s in pending.items()}, self.p.top_fraction)
         longterm = await bank.skills()

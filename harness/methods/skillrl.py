@@ -128,11 +128,7 @@ class SkillRL(Method):
     Params = Params
     uses_writer = True
 
-    def _trajectories(self, ctx: StreamContext) -> Bank:
-        return ctx.bank(self.name).companion("trajectories")
-
-    async def setup(self, ctx: StreamContext) -> None:
-        await self._trajectories(ctx).ensure()
+    companions = ("trajectories",)
 
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
@@ -153,7 +149,7 @@ class SkillRL(Method):
         success = await self.judged(spec, episode, ctx, record)
         category = episode.task_type or spec.type or "task"
         task = episode.instruction or spec.instruction or spec.id
-        await self._trajectories(ctx).write(
+        await self.companion(ctx, "trajectories").write(
             f"t{position:05d}", clip_description(task, spec.id), trajectory_text(episode),
             {"category": category, "success": success, "position": position, "invalid": episode.invalid_actions,
              "steps": episode.steps, "source_task": spec.id[:200]})
@@ -197,7 +193,7 @@ class SkillRL(Method):
     async def evolve(self, position: int, ctx: StreamContext, skills: dict[str, Skill]) -> dict[str, Any]:
         """One evolution round over every trajectory recorded so far."""
         bank = ctx.bank(self.name)
-        recorded = sorted((await self._trajectories(ctx).skills()).values(),
+        recorded = sorted((await self.companion(ctx, "trajectories").skills()).values(),
                           key=lambda s: int(s.metadata.get("position", 0)))
         outcomes: dict[str, list[bool]] = defaultdict(list)
         for t in recorded:
