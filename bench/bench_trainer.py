@@ -50,10 +50,10 @@ import torch
 
 
 def _samples(n: int, prompt: int, completion: int, vocab: int):
-    from services.trainer.rollout import CuratorSample
+    from services.trainer.rollout import PolicySample
 
     rng = random.Random(0)
-    return [CuratorSample([rng.randrange(100, vocab) for _ in range(prompt)],
+    return [PolicySample([rng.randrange(100, vocab) for _ in range(prompt)],
                           [rng.randrange(100, vocab) for _ in range(completion)],
                           advantage=rng.choice([-1.0, 1.0])) for _ in range(n)]
 

@@ -16,6 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +30,10 @@ from skillos.protocol.executor import (
     SkillText,
 )
 from skillos.protocol.skillrepo import OpOrigin, SearchMode
+
+# The stream position of the task being played, for the backends that keep per-call records (the
+# trainer's in-process policy credits each completion to its task; see `harness.methods.writer.PURPOSE`).
+TASK_POSITION: ContextVar[int] = ContextVar("skillos_task_position", default=-1)
 
 
 class CuratorLike(Protocol):
@@ -286,7 +291,11 @@ async def run_stream(tasks: list[TaskSpec], config: StreamConfig, *, executor: E
 
     async def one(position: int, spec: TaskSpec) -> TaskRecord:
         async with semaphore:
-            record = await method.play(position, spec, ctx)
+            token = TASK_POSITION.set(position)
+            try:
+                record = await method.play(position, spec, ctx)
+            finally:
+                TASK_POSITION.reset(token)
         if on_task is not None:
             maybe = on_task(record)
             if asyncio.iscoroutine(maybe):

@@ -130,7 +130,7 @@ class SAPO(Method):
         attempts = "\n\n".join(f"Attempt {i + 1} ({'success' if r > 0 else 'failure'}):\n"
                                f"{trajectory_text(e, 2500)}" for i, (e, r) in enumerate(zip(base_eps, base)))
         text, tokens = await write(ctx.llm, SYSTEM, INDUCE.format(task=task, skills=listing, trajectories=attempts),
-                                   max_tokens=self.p.max_tokens, seed=cfg.seed)
+                                   max_tokens=self.p.max_tokens, seed=cfg.seed, purpose="induce")
         record.curator_completion = text
         info["writer_tokens"] = tokens
         obj = parse_json_object(text) or {}

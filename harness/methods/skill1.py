@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -57,6 +58,8 @@ class Params(MethodParams):
     capacity: int = Field(5000, ge=1, le=100_000, description="library size before retirement (paper: 5000)")
     retrieval: SearchMode = Field("dense", description="the frozen encoder's search (paper: MiniLM)")
     max_tokens: int = Field(384, ge=64, le=4096)
+    distill: Literal["positive", "always"] = Field(
+        "positive", description="distil after every task, or only when it can be admitted (training: always)")
 
 
 def ema(u: float, r: float, alpha: float) -> float:
@@ -101,7 +104,8 @@ class Skill1(Method):
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
         task = spec.instruction or spec.id
-        text, tokens = await write(ctx.llm, SYSTEM, QUERY.format(task=task), max_tokens=64, seed=ctx.config.seed)
+        text, tokens = await write(ctx.llm, SYSTEM, QUERY.format(task=task), max_tokens=64, seed=ctx.config.seed,
+                                   purpose="query")
         query = _first_line(re.sub(r"</?query>", " ", tagged("<query>" + text, "query") or ""))[:300]
         # written as it goes: if a later call fails, learn still sees the candidates and their trends
         info = record.method_info
@@ -116,7 +120,7 @@ class Skill1(Method):
         if len(hits) > 1:
             listing = "\n".join(f"[{i}] {h.skill.description}\n{h.skill.body[:600]}" for i, h in enumerate(hits, 1))
             text, tokens = await write(ctx.llm, SYSTEM, RANK.format(task=task, n=len(hits), candidates=listing),
-                                       max_tokens=48, seed=ctx.config.seed, temperature=0.0)
+                                       max_tokens=48, seed=ctx.config.seed, temperature=0.0, purpose="rerank")
             info["writer_tokens"] += tokens
             parsed = parse_rank(text, len(hits))
             info["rank_read"] = parsed is not None
@@ -141,17 +145,20 @@ class Skill1(Method):
             n = int(skill.metadata.get("selected", 0)) + int(name == chosen)
             skills[name] = await bank.update_metadata(skill, utility=round(u, 6), selected=n)
         info["admitted"] = None
-        if var > 0:  # distil only what can be admitted: a frozen writer gains nothing from the rest
+        # a frozen writer distils only what can be admitted; a policy in training distils every rollout, so
+        # that a negative variation can discourage redundant distillation (paper §3.2)
+        if var > 0 or self.p.distill == "always":
             text, tokens = await write(ctx.llm, SYSTEM, DISTILL.format(
                 task=episode.instruction or spec.instruction, outcome="successfully" if r else "unsuccessfully",
-                trajectory=trajectory_text(episode)), max_tokens=self.p.max_tokens, seed=ctx.config.seed)
+                trajectory=trajectory_text(episode)), max_tokens=self.p.max_tokens, seed=ctx.config.seed,
+                purpose="distill")
             info["writer_tokens"] = info.get("writer_tokens", 0) + tokens
             record.curator_completion = text
             lesson = parse_json_object(text) or {}
             body = "\n".join(f"- {lesson[k]}" for k in ("action_lesson", "navigation_lesson")
                              if isinstance(lesson.get(k), str) and lesson[k].strip()) or text.strip()
             head = lesson.get("description_head") if isinstance(lesson.get("description_head"), str) else ""
-            if body:
+            if body and var > 0:
                 name = unique_name(head or (episode.task_type or spec.type) + " lesson", skills, fallback="lesson")
                 skills[name] = await bank.write(name, clip_description(head, f"Lesson from: {spec.instruction}"), body,
                                                 {"utility": self.p.initial_utility, "selected": 0,

@@ -90,6 +90,7 @@ class Params(MethodParams):
     general_skills: int = Field(4, ge=0, le=20, description="general skills written once (paper: 8-12 at scale)")
     pool: int = Field(20, ge=1, le=50, description="dense hits searched before the category filter")
     max_tokens: int = Field(512, ge=64, le=4096)
+    distill: bool = Field(True, description="distil every trajectory (training: off, the bank changes by evolution)")
 
 
 def failure_severity(meta: dict[str, Any]) -> tuple[int, int]:
@@ -153,13 +154,16 @@ class SkillRL(Method):
             f"t{position:05d}", clip_description(task, spec.id), trajectory_text(episode),
             {"category": category, "success": success, "position": position, "invalid": episode.invalid_actions,
              "steps": episode.steps, "source_task": spec.id[:200]})
+        info = record.method_info
+        info.update(judged=success, distilled=None, duplicate_of=None)
+        if not self.p.distill:
+            return
         template = FROM_SUCCESS if success else FROM_FAILURE
         text, tokens = await write(ctx.llm, SYSTEM, template.format(category=category, task=task,
                                                                     trajectory=trajectory_text(episode)),
                                    max_tokens=self.p.max_tokens, seed=ctx.config.seed)
         record.curator_completion = text
-        info = record.method_info
-        info.update(judged=success, writer_tokens=tokens, distilled=None, duplicate_of=None)
+        info["writer_tokens"] = tokens
         bank = ctx.bank(self.name)
         skills = await bank.skills()
         items = parse_items(text, 1)

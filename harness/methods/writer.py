@@ -7,6 +7,7 @@ so a method can record "unreadable" instead of storing noise or failing the stre
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,12 @@ from skillos.protocol.executor import EpisodeResponse
 
 TRAJECTORY_CHARS = 6000  # of a trajectory shown to the writer: the last turns are kept
 
+# What the LLM call under way is for ("act" outside `write`: an executor decision). A backend that is
+# being trained (the trainer's in-process policy, `services.trainer.rollout.PolicyLLM`) tags each of
+# its completions with it, so that Skill1's query, rerank and distillation and SAPO's skill induction
+# get their own credit; an HTTP backend ignores it.
+PURPOSE: ContextVar[str] = ContextVar("skillos_llm_purpose", default="act")
+
 
 def trajectory_text(episode: EpisodeResponse, max_chars: int = TRAJECTORY_CHARS) -> str:
     """The episode as the curator's prompt shows a trajectory, its end kept when it is too long."""
@@ -24,10 +31,14 @@ def trajectory_text(episode: EpisodeResponse, max_chars: int = TRAJECTORY_CHARS)
 
 
 async def write(llm: Any, system: str, user: str, *, max_tokens: int, seed: int | None,
-                temperature: float | None = None) -> tuple[str, int]:
+                temperature: float | None = None, purpose: str = "write") -> tuple[str, int]:
     """One completion of the writer: (text, tokens used). LLM errors propagate (the method records them)."""
-    result = await llm.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                            max_tokens=max_tokens, seed=seed, temperature=temperature)
+    token = PURPOSE.set(purpose)
+    try:
+        result = await llm.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                max_tokens=max_tokens, seed=seed, temperature=temperature)
+    finally:
+        PURPOSE.reset(token)
     return result.content or "", result.usage.total_tokens
 
 

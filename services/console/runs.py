@@ -351,6 +351,11 @@ TRAIN_PANELS = [
     ("Repo size (skills, mean over rollouts)", ["repo/skills_mean"]),
     ("Learning signal", ["signal/groups_nonzero_std_frac", "signal/adv_abs_mean", "signal/call_valid_rate"]),
     ("Time per step (s)", ["time/rollout_s", "time/update_s", "time/sync_s"]),
+    # the agent-policy mode (docs/training.md): outcome, and the credit each segment got
+    ("Agent: outcome of the episodes", ["reward/outcome"]),
+    ("Agent: mean |advantage| per segment", ["signal/adv_abs_mean/act", "signal/adv_abs_mean/query",
+                                             "signal/adv_abs_mean/rerank", "signal/adv_abs_mean/distill",
+                                             "signal/adv_abs_mean/induce"]),
 ]
 
 

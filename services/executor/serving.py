@@ -132,9 +132,12 @@ class SkillSource:
 
 
 class Executor:
-    def __init__(self, settings: ExecutorSettings, llm_settings: LLMSettings | None = None):
+    """``llm``: any `ChatLLM`-like backend in place of the HTTP client of the executor role (the trainer's
+    agent-policy mode drives these episodes with the policy it trains)."""
+
+    def __init__(self, settings: ExecutorSettings, llm_settings: LLMSettings | None = None, llm=None):
         self.settings = settings
-        self.llm = LLMClient(llm_settings or LLMSettings.for_role("executor"))
+        self.llm = llm if llm is not None else LLMClient(llm_settings or LLMSettings.for_role("executor"))
         self._envs: dict[str, AsyncEnvClient] = {}
         self._skills: SkillSource | None = None
         self._slots = asyncio.Semaphore(settings.executor_max_concurrent_episodes)

@@ -11,7 +11,7 @@ to 0 (no reference model is kept); set it to 0.001 to reproduce Table 4 literall
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -65,6 +65,28 @@ class RolloutConfig(_Strict):
     timeout_s: float = 600.0
 
 
+class AgentConfig(_Strict):
+    """The agent-policy mode (`policy: agent`): the policy is the executor's LLM, playing a method's
+    episodes with its skills in context (SkillRL, SAPO, Skill1 train this way; "none" is plain GRPO
+    of the agent). Per-segment credit follows each paper (services/trainer/agent_rewards.py)."""
+
+    method: Literal["none", "skillrl", "sapo", "skill1"] = "skill1"
+    params: dict[str, Any] = {}                 # the method's own parameters (`skillos methods`)
+    # the papers' ReAct format (free text, "</action>" stops the turn); "json": the executor's schema,
+    # sampled under a grammar per turn
+    action_format: Literal["tags", "json"] = "tags"
+    act_max_tokens: int = Field(128, ge=16)    # one decision of the agent
+    rerank_weight: float = Field(0.3, ge=0.0)  # Skill1 Table 4: re-ranking loss weight
+    distill_weight: float = Field(0.3, ge=0.0)  # Skill1 Table 4: distillation loss weight
+    # SAPO Eq. 7 (W-REINFORCE): a skill of utility U > 0 is reinforced with λ·U, one of U < 0 suppressed
+    # with U; λ < 1 "down-weights positive reinforcement". λ's value is lost from the paper's text:
+    # 0.1 is W-REINFORCE's (not in the paper)
+    generator_positive_weight: float = Field(0.1, ge=0.0, le=1.0)
+    # SkillRL: the bank every rollout starts from evolves after every `evolve_every` steps (paper:
+    # validation every 5 steps), written by the teacher (the curator role's LLM)
+    evolve_every: int = Field(5, ge=1)
+
+
 class SyncConfig(_Strict):
     # inprocess: the policy generates in the trainer's process (CPU path, nothing to push);
     # vllm_lora: save the adapter and POST /v1/load_lora_adapter; vllm_full: save and reload weights
@@ -106,6 +128,10 @@ class TrainConfig(_Strict):
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
     rollout: RolloutConfig = RolloutConfig()
     sync: SyncConfig = SyncConfig()
+    # what the policy is: the skill curator (SkillOS, the paper's setting) or the agent that acts
+    # with skills in context (SkillRL, SAPO, Skill1; `agent` below)
+    policy: Literal["curator", "agent"] = "curator"
+    agent: AgentConfig = AgentConfig()
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -114,6 +140,15 @@ class TrainConfig(_Strict):
         if self.sync.backend == "vllm_full" and self.model.lora:
             raise ValueError("sync.backend=vllm_full with model.lora=true would push the adapter alone: "
                              "use sync.backend=vllm_lora")
+        if self.policy == "agent":
+            if self.sync.backend != "inprocess":
+                raise ValueError("policy=agent samples the agent in the trainer's process: set sync.backend=inprocess "
+                                 "(a vLLM-served agent policy is not supported yet)")
+            from harness.methods import MethodConfigError, build_method
+            try:
+                build_method(self.agent.method, self.agent.params)
+            except MethodConfigError as e:
+                raise ValueError(f"agent.params: {e}") from e
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0: GRPO samples N different rollouts per group")
         return self

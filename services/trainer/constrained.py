@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -165,12 +166,16 @@ class SchemaConstraint:
 
 
 class GrammarCache:
-    """One vocabulary per tokenizer; one `SchemaConstraint` per schema (compiled once per run)."""
+    """One vocabulary per tokenizer; one `SchemaConstraint` per schema, the `max_schemas` most recently
+    used kept (the curator asks for one schema per run; an agent's action schema changes every turn
+    with the admissible actions, and each constraint caches masks). A sample keeps its own constraint
+    alive for the loss, whatever the cache drops."""
 
-    def __init__(self, tokenizer, vocab_size: int, max_new_tokens: int):
+    def __init__(self, tokenizer, vocab_size: int, max_new_tokens: int, max_schemas: int = 64):
         self.vocab = Vocabulary(tokenizer, vocab_size)
         self.max_new_tokens = max_new_tokens
-        self._by_schema: dict[str, SchemaConstraint] = {}
+        self.max_schemas = max_schemas
+        self._by_schema: OrderedDict[str, SchemaConstraint] = OrderedDict()
 
     def for_response_format(self, response_format: dict[str, Any] | None) -> SchemaConstraint | None:
         """The constraint of an OpenAI (`json_schema`) or llama.cpp (`json_object` + schema) request."""
@@ -182,8 +187,12 @@ class GrammarCache:
         if schema is None:
             return None
         key = json.dumps(schema, sort_keys=True)
-        if key not in self._by_schema:
+        if key in self._by_schema:
+            self._by_schema.move_to_end(key)
+        else:
             self._by_schema[key] = SchemaConstraint(schema, self.vocab, self.max_new_tokens)
+            while len(self._by_schema) > self.max_schemas:
+                self._by_schema.popitem(last=False)
         return self._by_schema[key]
 
 

@@ -57,15 +57,15 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def write_rollouts(output_dir: Path, step: int, groups) -> Path:
-    """rollouts/step-NNNNNN.jsonl: per rollout its reward parts, advantage and, per decision, the
-    completion, the calls with their verdicts and the scores (rewritten when a step is redone)."""
+    """rollouts/step-NNNNNN.jsonl: one line per rollout (`log_row`: for the curator its reward parts,
+    advantage and, per decision, the completion, the calls with their verdicts and the scores; for the
+    agent its tasks' outcomes and method records and its samples' credit), rewritten when a step is redone."""
     path = output_dir / "rollouts" / f"step-{step:06d}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for g in groups:
             for r in g.rollouts:
-                row = {"group": g.group_id, "rollout": r.rollout, "reward": r.reward.as_dict(),
-                       "advantage": r.advantage, "successes": r.successes, "decisions": r.traces}
+                row = {"group": g.group_id, **r.log_row()}
                 f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     return path
 
@@ -73,7 +73,10 @@ def write_rollouts(output_dir: Path, step: int, groups) -> Path:
 PANELS = [
     ("reward", ["reward/total", "reward/task", "reward/fc", "reward/cnt", "reward/comp"]),
     ("learning signal", ["signal/groups_nonzero_std_frac", "signal/adv_abs_mean", "signal/parse_rate",
-                         "signal/call_valid_rate"]),
+                         "signal/call_valid_rate", "signal/task_groups_with_signal_frac"]),
+    ("agent: outcome", ["reward/outcome", "success_rate"]),
+    ("agent: |A| per segment", ["signal/adv_abs_mean/act", "signal/adv_abs_mean/query", "signal/adv_abs_mean/rerank",
+                                "signal/adv_abs_mean/distill", "signal/adv_abs_mean/induce"]),
     ("op mix (Fig. 4)", ["ops/new_skill_insert", "ops/skill_update", "ops/skill_delete", "ops/invalid"]),
     ("repo size (skills)", ["repo/skills_mean"]),
     ("lengths (tokens)", ["lengths/prompt_mean", "lengths/completion_mean"]),
@@ -90,9 +93,13 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [_flatten(r) for r in read_metrics(metrics_path)]
+    # the panels this run has numbers for (a curator run has no agent panels, and the reverse)
+    panels = [(t, keys) for t, keys in PANELS if any(isinstance(r.get(k), (int, float)) for r in rows for k in keys)]
+    panels = panels or PANELS[:1]
     cols = 4
-    fig, axes = plt.subplots((len(PANELS) + cols - 1) // cols, cols, figsize=(20, 8))
-    for ax, (title, keys) in zip(axes.flat, PANELS):
+    n_rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(n_rows, cols, figsize=(20, 4 * n_rows), squeeze=False)
+    for ax, (title, keys) in zip(axes.flat, panels):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
             if pts:
@@ -101,7 +108,7 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
         ax.set_xlabel("step")
         if ax.lines:
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(PANELS):]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)

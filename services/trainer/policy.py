@@ -214,7 +214,7 @@ class GenerationBatcher:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch, self.wait_s = max_batch, wait_s
-        self._queue: list[tuple[list[int], object, asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self._queue: list[tuple[list[int], object, asyncio.Future, asyncio.AbstractEventLoop, int]] = []
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="policy-generate", daemon=True)
@@ -222,11 +222,15 @@ class GenerationBatcher:
         self.tokens_generated = 0
         self.seconds = 0.0
 
-    async def generate(self, prompt_ids: list[int], constraint=None) -> list[int]:
+    async def generate(self, prompt_ids: list[int], constraint=None, max_new_tokens: int | None = None) -> list[int]:
+        """One completion; ``max_new_tokens`` (≤ the batcher's) cuts it shorter unless a constraint is given
+        (a grammar's budget is the batcher's: its masks were built for it)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
+        limit = self.max_new_tokens if constraint is not None or not max_new_tokens \
+            else min(max_new_tokens, self.max_new_tokens)
         with self._cv:
-            self._queue.append((prompt_ids, constraint, fut, loop))
+            self._queue.append((prompt_ids, constraint, fut, loop, limit))
             self._cv.notify()
         return await fut
 
@@ -242,15 +246,18 @@ class GenerationBatcher:
                 batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
             start = time.perf_counter()
             try:
+                # one length for the batch; a row with a smaller limit keeps its first tokens (the prefix of
+                # a sample is a sample of the shorter generation)
                 outs = generate_batch(self.model, self.tokenizer, [b[0] for b in batch],
-                                      self.max_new_tokens, self.temperature, self.top_p,
+                                      max(b[4] for b in batch), self.temperature, self.top_p,
                                       constraints=[b[1] for b in batch])
+                outs = [out[:b[4]] for b, out in zip(batch, outs)]
                 self.seconds += time.perf_counter() - start
                 self.tokens_generated += sum(len(o) for o in outs)
-                for (_, _, fut, loop), out in zip(batch, outs):
+                for (_, _, fut, loop, _), out in zip(batch, outs):
                     loop.call_soon_threadsafe(_set_result, fut, out)
             except Exception as e:  # noqa: BLE001 - hand the failure to every waiting rollout
-                for _, _, fut, loop in batch:
+                for _, _, fut, loop, _ in batch:
                     loop.call_soon_threadsafe(_set_exception, fut, e)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,9 @@ log = get_logger("trainer.rollout")
 
 
 @dataclass
-class CuratorSample:
-    """One curator completion, the unit the loss is computed over."""
+class PolicySample:
+    """One completion of the policy, the unit the loss is computed over: a curation decision, or in the
+    agent mode one agent decision or one of a method's own calls (`segment`)."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -39,6 +41,9 @@ class CuratorSample:
     group_id: str = ""
     rollout: int = 0
     constraint: Any = None       # the SchemaConstraint it was sampled under (the loss replays it)
+    segment: str = "curate"      # agent mode: act, query, rerank, distill, induce (`harness.methods.writer.PURPOSE`)
+    position: int = -1           # agent mode: the task of the group it belongs to
+    episode: str | None = None   # agent mode, act: the episode it is a decision of
 
 
 @dataclass
@@ -47,13 +52,17 @@ class RolloutResult:
     repo: str
     successes: list[bool]
     decisions: list[Decision]
-    samples: list[CuratorSample]
+    samples: list[PolicySample]
     reward: RewardParts
     records: list[Any]
     seconds: float
     attempts: int = 1
     advantage: float = 0.0
     traces: list[dict] = field(default_factory=list)   # per decision: completion, calls, verdicts
+
+    def log_row(self) -> dict[str, Any]:
+        return {"rollout": self.rollout, "reward": self.reward.as_dict(), "advantage": self.advantage,
+                "successes": self.successes, "decisions": self.traces}
 
 
 @dataclass
@@ -68,6 +77,10 @@ class RolloutFailed(Exception):
     pass
 
 
+# The episode an agent decision belongs to (set by the agent mode's in-process executor, `agent.PolicyExecutor`).
+EPISODE: ContextVar[str | None] = ContextVar("skillos_policy_episode", default=None)
+
+
 class PolicyLLM:
     """The trainer's policy as a `skillos.curation.ChatLLM` (what the HTTP `LLMClient` is to the service)."""
 
@@ -78,27 +91,54 @@ class PolicyLLM:
         self.grammars = grammars     # GrammarCache: honour response_format as llama.cpp does
         self.max_prompt_tokens = max_prompt_tokens
         self.model = model_name
-        self.samples: list[CuratorSample] = []
+        self.samples: list[PolicySample] = []
         self.truncated_prompts = 0
 
-    async def chat(self, messages: list[dict], response_format: dict | None = None, **_ignored: Any):
-        # temperature / max_tokens come from the trainer config, not the curator's request
+    async def chat(self, messages: list[dict], response_format: dict | None = None, max_tokens: int | None = None,
+                   stop: list[str] | None = None, **_ignored: Any):
+        # the temperature is the trainer's (the log-probs of the loss are taken at it), not the caller's;
+        # max_tokens is honoured below the trainer's max_response_tokens
+        from harness.loop import TASK_POSITION
+        from harness.methods.writer import PURPOSE
         from skillos.llm.client import ChatResult, Usage
 
         prompt_ids, truncated = encode_prompt(self.tokenizer, messages, self.max_prompt_tokens)
         self.truncated_prompts += truncated
         constraint = self.grammars.for_response_format(response_format) if self.grammars else None
         start = time.perf_counter()
-        ids = await self.batcher.generate(prompt_ids, constraint)
-        self.samples.append(CuratorSample(prompt_ids=prompt_ids, completion_ids=ids, constraint=constraint))
-        finished = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
-        return ChatResult(content=self.tokenizer.decode(ids, skip_special_tokens=True),
-                          finish_reason="stop" if finished else "length",
+        ids = await self.batcher.generate(prompt_ids, constraint, max_tokens)
+        stopped = False
+        if stop and constraint is None:
+            ids, stopped = cut_at_stop(self.tokenizer, ids, stop)
+        self.samples.append(PolicySample(prompt_ids=prompt_ids, completion_ids=ids, constraint=constraint,
+                                         segment=PURPOSE.get(), position=TASK_POSITION.get(),
+                                         episode=EPISODE.get()))
+        finished = stopped or (bool(ids) and ids[-1] == self.tokenizer.eos_token_id)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if stopped:      # as an OpenAI server answers: the stop sequence itself is not in the content
+            text = text[:min(i for i in (text.find(s) for s in stop) if i >= 0)]
+        return ChatResult(content=text, finish_reason="stop" if finished else "length",
                           usage=Usage(len(prompt_ids), len(ids)), latency_s=time.perf_counter() - start,
                           raw={"model": self.model})
 
     async def aclose(self) -> None:
         pass
+
+
+def cut_at_stop(tokenizer, ids: list[int], stop: list[str]) -> tuple[list[int], bool]:
+    """The shortest prefix of ``ids`` whose text contains a stop sequence (and whether there was one).
+    Cutting after sampling is exact: the tokens kept were drawn from the same distributions as if the
+    generation had stopped there, so their log-probs in the loss are the sampling ones."""
+    if not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop):
+        return ids, False
+    lo, hi = 1, len(ids)            # the text of a prefix only grows: binary search the first hit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=True) for s in stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return ids[:lo], True
 
 
 class ScoringCurator:
@@ -107,7 +147,7 @@ class ScoringCurator:
     def __init__(self, inner, ctx: RolloutContext, repo: str, llm: PolicyLLM | None):
         self.inner, self.ctx, self.repo, self.llm = inner, ctx, repo, llm
         self.decisions: list[Decision] = []
-        self.samples: list[CuratorSample] = []
+        self.samples: list[PolicySample] = []
         self.traces: list[dict] = []
 
     async def curate(self, request):
@@ -120,7 +160,7 @@ class ScoringCurator:
             t = response.tokens
             if not t.prompt_token_ids or t.completion_token_ids is None:
                 raise RolloutFailed("remote curator returned no token ids (set SKILLOS_CURATOR_ASK_TOKEN_IDS)")
-            sample = CuratorSample(list(t.prompt_token_ids), list(t.completion_token_ids))
+            sample = PolicySample(list(t.prompt_token_ids), list(t.completion_token_ids))
         self.samples.append(sample)
         ops: dict[str, int] = {}
         for call in response.calls:
@@ -258,21 +298,23 @@ class _RemoteCurator:
         return await self.client.curate(request)
 
 
-async def run_group(ctx: RolloutContext, group, n_rollouts: int, step: int, retries: int,
-                    seed: int) -> GroupResult:
+async def run_group(ctx, group, n_rollouts: int, step: int, retries: int, seed: int,
+                    rollout=None, credit=None) -> GroupResult:
     """N rollouts of one group in parallel (bounded by ctx.concurrency); each retried on failure.
     A rollout that still fails drops the whole group: a group with a missing member would give
-    the others a wrong baseline."""
+    the others a wrong baseline. ``rollout`` plays one (default: a curator rollout, `run_rollout`);
+    ``credit`` sets the advantages of a complete group (default: Eq. 1's reward, group-centred)."""
+    rollout = rollout or run_rollout
     result = GroupResult(group.id)
 
-    async def one(n: int) -> RolloutResult | str:
+    async def one(n: int):
         last = ""
         for attempt in range(retries + 1):
             try:
                 if ctx.concurrency is not None:
                     async with ctx.concurrency:
-                        return await run_rollout(ctx, group, n, step, attempt, seed)
-                return await run_rollout(ctx, group, n, step, attempt, seed)
+                        return await rollout(ctx, group, n, step, attempt, seed)
+                return await rollout(ctx, group, n, step, attempt, seed)
             except RolloutFailed as e:
                 last = str(e)
             except Exception as e:  # noqa: BLE001 - service errors (HTTP, repo) are rollout failures
@@ -288,9 +330,13 @@ async def run_group(ctx: RolloutContext, group, n_rollouts: int, step: int, retr
         log.warning("group_dropped", group=group.id, reason=result.reason)
         return result
     result.rollouts = [o for o in outcomes if not isinstance(o, str)]
+    (credit or _curator_credit)(result)
+    return result
+
+
+def _curator_credit(result: GroupResult) -> None:
     advantages = group_advantages([r.reward.total for r in result.rollouts])
     for r, a in zip(result.rollouts, advantages):
         r.advantage = a
         for s in r.samples:
             s.advantage = a
-    return result

@@ -26,7 +26,7 @@ from services.trainer.data import GroupSampler
 from services.trainer.engine import build_engine, grad_norm, local_grad_norm
 from services.trainer.loss import clipped_surrogate_loss
 from services.trainer.policy import sequence_logprobs
-from services.trainer.rollout import CuratorSample, GroupResult
+from services.trainer.rollout import GroupResult, PolicySample
 from skillos.logging import get_logger
 
 log = get_logger("trainer")
@@ -38,31 +38,37 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _microbatches(samples: list[CuratorSample], size: int) -> list[list[CuratorSample]]:
+def _microbatches(samples: list[PolicySample], size: int) -> list[list[PolicySample]]:
     ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 
 
-def _allowed(samples: list[CuratorSample]) -> list[torch.Tensor | None]:
+def _allowed(samples: list[PolicySample]) -> list[torch.Tensor | None]:
     # the masks each completion was sampled under, replayed from its ids (see constrained.py)
     return [s.constraint.masks(s.completion_ids) if s.constraint is not None else None for s in samples]
 
 
-def _chosen_tokens(s: CuratorSample, allowed: torch.Tensor | None) -> int:
+def _chosen_tokens(s: PolicySample, allowed: torch.Tensor | None) -> int:
     return len(s.completion_ids) if allowed is None else int((allowed.sum(-1) > 1).sum())
 
 
-def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id: int,
+def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id: int,
                   ref_model=None) -> dict[str, float]:
     """One optimizer step on `samples` (each carries its rollout's advantage)."""
     samples = [s for s in samples if s.completion_ids]
     if not samples:
         return {"skipped": 1.0}
-    mbs = _microbatches(samples, cfg.deepspeed.micro_batch_sequences)
+    # token mean over the tokens the policy chose (grammar-forced tokens carry no decision), over every
+    # sample of the batch; a sample with A = 0 adds nothing to the surrogate's gradient, so without a KL
+    # term only the others are run through the model (most agent decisions of a task whose episodes
+    # all ended alike)
+    total_tokens = max(1.0, float(sum(_chosen_tokens(s, a) for s, a in zip(samples, _allowed(samples)))))
+    active = samples if cfg.kl_coef > 0 else [s for s in samples if s.advantage != 0]
+    if not active:
+        return {"skipped": 1.0, "reason": "every advantage is 0: no gradient", "sequences": float(len(samples)),
+                "tokens": total_tokens}
+    mbs = _microbatches(active, cfg.deepspeed.micro_batch_sequences)
     allowed = [_allowed(mb) for mb in mbs]
-    # token mean over the tokens the policy chose: grammar-forced tokens carry no decision
-    total_tokens = float(sum(_chosen_tokens(s, a) for mb, al in zip(mbs, allowed) for s, a in zip(mb, al)))
-    total_tokens = max(total_tokens, 1.0)
     start = time.perf_counter()
     # old-policy log-probs: recomputed here from token ids, never taken from a server
     engine.module.eval()
@@ -101,7 +107,8 @@ def update_policy(engine, samples: list[CuratorSample], cfg: TrainConfig, pad_id
             "approx_kl_old": stats["approx_kl_old"] / total_tokens, "kl_ref": stats["kl_ref"] / total_tokens,
             "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens,
             "completion_tokens": float(sum(len(s.completion_ids) for s in samples)),
-            "sequences": float(len(samples)), "microbatches": float(len(mbs)), "old_logprob_s": old_s,
+            "sequences": float(len(samples)), "active_sequences": float(len(active)),
+            "microbatches": float(len(mbs)), "old_logprob_s": old_s,
             "seconds": elapsed, "tokens_per_s": total_tokens / max(elapsed, 1e-9)}
 
 
@@ -111,6 +118,20 @@ def _ref_logprobs(engine, ref_model, mb, pad_id, cfg, allowed) -> torch.Tensor:
         with engine.module.disable_adapter():    # the base model is the reference
             return sequence_logprobs(engine, prompts, comps, pad_id, cfg.temperature, allowed)[0]
     return sequence_logprobs(ref_model, prompts, comps, pad_id, cfg.temperature, allowed)[0]
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _method_measures(method: str, rollouts) -> dict[str, float | None]:
+    """The method's own numbers (`Method.measures`) over the step's rollouts, averaged."""
+    from harness.methods import method_class
+
+    per = [method_class(method).measures(r.records) for r in rollouts]
+    keys = sorted({k for m in per for k in m})
+    return {k: _mean(m[k] for m in per if m.get(k) is not None) for k in keys}
 
 
 def signal_metrics(groups) -> dict[str, float]:
@@ -220,34 +241,50 @@ class Trainer:
         batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
                                     cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency)) if inprocess else None
         grammars = None
-        if inprocess and cfg.rollout.curator_output_mode == "json":
+        wants_grammar = cfg.agent.action_format == "json" if cfg.policy == "agent" \
+            else cfg.rollout.curator_output_mode == "json"
+        if inprocess and wants_grammar:
             from services.trainer.constrained import GrammarCache
 
             width = engine.module.get_output_embeddings().weight.shape[0]   # logits width
             grammars = GrammarCache(tokenizer, width, cfg.max_response_tokens)
         token = s.api_token or None
         repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=token)
-        curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
-        executor = AsyncExecutorClient(s.executor_url, token=token, timeout=cfg.rollout.timeout_s)
         run_id = f"train-{uuid.uuid4().hex[:6]}"
-        ctx = RolloutContext(
-            env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
-            curation=CurationSettings(curator_output_mode=cfg.rollout.curator_output_mode).curation_options(),
-            tokenizer=tokenizer, batcher=batcher, grammars=grammars,
-            run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
-            max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge,
-            seed_repo=cfg.rollout.seed_repo, lambdas=cfg.reward_weights(),
-            concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
+        closing = [repo_client]
+        bank = None
+        if cfg.policy == "agent":
+            ctx, bank = await self._agent_context(tokenizer, batcher, grammars, repo_client, run_id, closing)
+        else:
+            curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
+            executor = AsyncExecutorClient(s.executor_url, token=token, timeout=cfg.rollout.timeout_s)
+            closing += [curator_client, executor]
+            ctx = RolloutContext(
+                env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
+                curation=CurationSettings(curator_output_mode=cfg.rollout.curator_output_mode).curation_options(),
+                tokenizer=tokenizer, batcher=batcher, grammars=grammars,
+                run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
+                max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge,
+                seed_repo=cfg.rollout.seed_repo, lambdas=cfg.reward_weights(),
+                concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
         summary: dict[str, Any] = {"start_step": step}
         try:
             while step < cfg.steps:
                 step += 1
                 row, kept = await self._step(step, engine, tokenizer, ref, sampler, ctx, sync)
+                if bank is not None and _rank_world()[0] == 0:   # one rank evolves the bank the others fork
+                    try:
+                        evolution = await bank.after_step(step, kept)
+                    except Exception as e:  # noqa: BLE001 - the teacher or the repo failed: the bank stays as it was
+                        evolution = {"error": f"{type(e).__name__}: {e}"[:500]}
+                        log.warning("skillrl_bank_not_evolved", step=step, error=evolution["error"])
+                    if evolution is not None:
+                        row["evolution"] = evolution
                 if _rank_world()[0] == 0:
                     metrics.write(step, row)
                     write_rollouts(self.out, step, kept)
                 log.info("step", step=step, reward=row.get("reward", {}).get("total"),
-                         groups_with_signal=row["signal"]["groups_nonzero_std_frac"],
+                         groups_with_signal=row["signal"].get("groups_nonzero_std_frac"),
                          dropped=row["groups"]["dropped"], rollout_s=row["time"]["rollout_s"],
                          update_s=row["time"]["update_s"])
                 if step % cfg.save_every == 0 or step == cfg.steps:
@@ -258,9 +295,8 @@ class Trainer:
             if batcher is not None:
                 batcher.close()
             metrics.close()
-            await repo_client.aclose()
-            await curator_client.aclose()
-            await executor.aclose()
+            for client in closing:
+                await client.aclose()
         if metrics.path.exists():
             summary["report"] = str(plot_report(metrics.path, self.out / "report.png"))
         summary["end_step"] = step
@@ -270,9 +306,11 @@ class Trainer:
     async def _step(self, step, engine, tokenizer, ref, sampler, ctx,
                     sync) -> tuple[dict[str, Any], list[GroupResult]]:
         """One GRPO step: the metrics row of the step and the groups kept (not dropped)."""
+        from services.trainer.agent import run_agent_group
         from services.trainer.rollout import run_group
 
         cfg = self.cfg
+        play = run_agent_group if cfg.policy == "agent" else run_group
         batch = sampler.next_batch(cfg.groups_per_step)
         # data parallel: every rank draws the same batch (same seed and position) and plays its
         # own share of the groups; DeepSpeed averages the ranks' gradients
@@ -281,8 +319,8 @@ class Trainer:
         t0 = time.perf_counter()
         gen_before = ctx.batcher.seconds if ctx.batcher else 0.0
         engine.module.eval()
-        results = await asyncio.gather(*(run_group(ctx, g, cfg.rollouts_per_group, step, cfg.rollout.retries,
-                                                   seed=cfg.seed * 100_003 + step) for g in batch))
+        results = await asyncio.gather(*(play(ctx, g, cfg.rollouts_per_group, step, cfg.rollout.retries,
+                                              seed=cfg.seed * 100_003 + step) for g in batch))
         rollout_s = time.perf_counter() - t0
         kept = [r for r in results if not r.dropped]
         samples = [smp for g in kept for r in g.rollouts for smp in r.samples]
@@ -291,28 +329,63 @@ class Trainer:
         update_s = time.perf_counter() - t1
         sync_s = _push_weights(sync, engine.module, tokenizer, step)
         rollouts = [r for g in kept for r in g.rollouts]
+        common = {
+            "groups": {"sampled": len(batch), "dropped": len(results) - len(kept),
+                       "dropped_reasons": [f"{r.group_id}: {r.reason}" for r in results if r.dropped]},
+            "lengths": {"prompt_mean": _mean(len(x.prompt_ids) for x in samples),
+                        "completion_mean": _mean(len(x.completion_ids) for x in samples)},
+            "update": upd,
+            "time": {"rollout_s": rollout_s, "update_s": update_s, "sync_s": sync_s,
+                     "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
+        }
+        if cfg.policy == "agent":
+            from services.trainer.agent import agent_signal
+
+            return {**common,
+                    "reward": {"total": _mean(r.outcome for r in rollouts),
+                               "outcome": _mean(r.outcome for r in rollouts)},
+                    "signal": agent_signal(kept),
+                    "success_rate": _mean(x for r in rollouts for x in r.successes),
+                    "method": _method_measures(cfg.agent.method, rollouts),
+                    "repo": {"skills_mean": _mean((r.records[-1].repo_size or 0) for r in rollouts
+                                                  if r.records and r.records[-1].repo_size is not None)}}, kept
         ops = Counter()
         for r in rollouts:
             for d in r.decisions:
                 ops.update(d.op_counts)
         n_dec = max(1, sum(len(r.decisions) for r in rollouts))
-
-        def mean(xs):
-            xs = list(xs)
-            return sum(xs) / len(xs) if xs else float("nan")
-
         return {
-            "groups": {"sampled": len(batch), "dropped": len(results) - len(kept),
-                       "dropped_reasons": [f"{r.group_id}: {r.reason}" for r in results if r.dropped]},
-            "reward": {k: mean(getattr(r.reward, k) for r in rollouts) for k in ("total", "task", "fc", "cnt", "comp")},
-            "reward_std_within_group": mean(float(np.std([r.reward.total for r in g.rollouts])) for g in kept),
+            **common,
+            "reward": {k: _mean(getattr(r.reward, k) for r in rollouts) for k in ("total", "task", "fc", "cnt", "comp")},
+            "reward_std_within_group": _mean(float(np.std([r.reward.total for r in g.rollouts])) for g in kept),
             "signal": signal_metrics(kept),
-            "success_rate": mean(x for r in rollouts for x in r.successes),
+            "success_rate": _mean(x for r in rollouts for x in r.successes),
             "ops": {k: v / n_dec for k, v in sorted(ops.items())},
-            "repo": {"skills_mean": mean((r.records[-1].repo_size or 0) for r in rollouts if r.records)},
-            "lengths": {"prompt_mean": mean(len(x.prompt_ids) for x in samples),
-                        "completion_mean": mean(len(x.completion_ids) for x in samples)},
-            "update": upd,
-            "time": {"rollout_s": rollout_s, "update_s": update_s, "sync_s": sync_s,
-                     "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
+            "repo": {"skills_mean": _mean((r.records[-1].repo_size or 0) for r in rollouts if r.records)},
         }, kept
+
+    async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing):
+        """The agent mode's rollout context, and SkillRL's run-long bank (None for the other methods)."""
+        from services.executor.settings import ExecutorSettings
+        from services.trainer.agent import AgentContext, SkillRLBank
+        from services.trainer.agent_rewards import SegmentWeights
+        from skillos.llm import LLMClient, LLMSettings
+
+        cfg, a = self.cfg, self.cfg.agent
+        teacher = None
+        if a.method == "skillrl":
+            teacher = LLMClient(LLMSettings.for_role("curator"))
+            closing.append(teacher)
+        ctx = AgentContext(
+            env=cfg.data.env, method=a.method, params=dict(a.params), executor_settings=ExecutorSettings(),
+            action_format=a.action_format, act_max_tokens=a.act_max_tokens, repo_client=repo_client,
+            tokenizer=tokenizer, batcher=batcher, grammars=grammars, teacher=teacher, run_id=run_id,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            weights=SegmentWeights(a.rerank_weight, a.distill_weight, a.generator_positive_weight),
+            top_k=cfg.rollout.top_k_skills, max_turns=cfg.rollout.max_turns, seed_repo=cfg.rollout.seed_repo,
+            concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
+        bank = None
+        if a.method == "skillrl":
+            bank = SkillRLBank(ctx, f"{self.out.resolve().name}-skillrl-bank"[-100:], a.evolve_every)
+            log.info("skillrl_bank", repo=await bank.open())
+        return ctx, bank

@@ -103,3 +103,26 @@ def test_grammar_of_a_request_that_showed_skills_allows_edits_of_those_only():
     assert not empty.matches(json.dumps({"calls": [_call("skill_delete", skill_name="find-object")]}).encode())
     assert empty.matches(json.dumps({"calls": [_call("new_skill_insert", skill_name="find-object",
                                                      description="Find things.", steps=steps)]}).encode())
+
+
+def test_grammar_cache_keeps_the_most_recent_schemas_and_samples_keep_theirs():
+    """An agent's action schema changes every turn: the cache is bounded, and a constraint it dropped
+    still replays the masks of the completion sampled under it."""
+    from services.executor.prompts import action_schema
+    from services.trainer.constrained import GrammarCache
+    from services.trainer.policy import load_policy
+
+    _, tok = load_policy()
+    cache = GrammarCache(tok, len(tok), 64, max_schemas=2)
+    fmt = [{"type": "json_schema", "json_schema": {"schema": action_schema([f"go to desk {i}", "look"])}}
+           for i in range(3)]
+    first = cache.for_response_format(fmt[0])
+    assert cache.for_response_format(fmt[0]) is first                    # compiled once
+    cache.for_response_format(fmt[1])
+    cache.for_response_format(fmt[0])                                     # used again: the most recent
+    cache.for_response_format(fmt[2])                                     # evicts fmt[1], not fmt[0]
+    assert cache.for_response_format(fmt[0]) is first
+    assert len(cache._by_schema) == 2
+    ids = tok('{"thought": "", "action": "look"}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    kept = cache.for_response_format(fmt[1])                              # recompiled after eviction
+    assert kept.masks(ids).shape == (len(ids), len(tok))

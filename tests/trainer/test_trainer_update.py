@@ -11,7 +11,7 @@ from services.trainer.data import GroupSampler, SamplerState
 from services.trainer.engine import build_engine
 from services.trainer.grouping.io import GroupTask, TaskGroup
 from services.trainer.policy import encode_prompt, load_policy, sequence_logprobs
-from services.trainer.rollout import CuratorSample
+from services.trainer.rollout import PolicySample
 from services.trainer.trainer import update_policy
 
 pytestmark = pytest.mark.slow
@@ -28,11 +28,11 @@ def _cfg(tmp_path, **kw) -> TrainConfig:
     return TrainConfig(output_dir=tmp_path, lr=kw.pop("lr", 2e-5), **kw)
 
 
-def _samples(tok) -> list[CuratorSample]:
+def _samples(tok) -> list[PolicySample]:
     prompt, _ = encode_prompt(tok, [{"role": "user", "content": "Name one kitchen tool."}], 256)
     good = tok("A sharp knife.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     bad = tok("Purple elephants.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    return [CuratorSample(prompt, good, advantage=1.0), CuratorSample(prompt, bad, advantage=-1.0)]
+    return [PolicySample(prompt, good, advantage=1.0), PolicySample(prompt, bad, advantage=-1.0)]
 
 
 def _logps(engine, samples, pad):
@@ -54,9 +54,9 @@ def test_one_step_changes_weights_and_moves_logprobs_by_advantage(policy, tmp_pa
     before_w = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
 
     # all advantages 0 (every rollout of the group got the same reward): no gradient, no change
-    flat = [CuratorSample(s.prompt_ids, s.completion_ids, advantage=0.0) for s in samples]
+    flat = [PolicySample(s.prompt_ids, s.completion_ids, advantage=0.0) for s in samples]
     stats = update_policy(engine, flat, _cfg(tmp_path), tok.pad_token_id)
-    assert stats["grad_norm"] == pytest.approx(0.0, abs=1e-9)
+    assert stats["skipped"] == 1.0 and stats["sequences"] == 2      # nothing to run through the model
     assert all(torch.equal(before_w[n], p) for n, p in engine.module.named_parameters())
 
     before = _logps(engine, samples, tok.pad_token_id)
@@ -64,7 +64,7 @@ def test_one_step_changes_weights_and_moves_logprobs_by_advantage(policy, tmp_pa
     after = _logps(engine, samples, tok.pad_token_id)
     changed = sum(int(not torch.equal(before_w[n], p)) for n, p in engine.module.named_parameters())
     assert changed > 0.9 * len(before_w), f"only {changed}/{len(before_w)} tensors changed"
-    assert engine.global_steps == 2
+    assert engine.global_steps == 1      # the all-zero batch took no optimizer step
     assert stats["tokens"] == sum(len(s.completion_ids) for s in samples)
     assert stats["grad_norm"] > 0
     # first update: old == current policy, so the ratio is 1 and nothing is clipped

@@ -91,7 +91,7 @@ def moved(a: list[float], b: list[float]) -> float:
 
 def test_vllm_full_serves_the_weights_of_a_real_update(served, cache, tok, prompts, tmp_path):
     from services.trainer.engine import build_engine
-    from services.trainer.rollout import CuratorSample
+    from services.trainer.rollout import PolicySample
     from services.trainer.trainer import update_policy
 
     server, weights = served
@@ -104,7 +104,7 @@ def test_vllm_full_serves_the_weights_of_a_real_update(served, cache, tok, promp
         prompt, _ = encode_prompt(tok, [{"role": "user", "content": "Name one kitchen tool."}], 256)
         good = tok("A sharp knife.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         bad = tok("Purple elephants.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        update_policy(engine, [CuratorSample(prompt, good, advantage=1.0), CuratorSample(prompt, bad, advantage=-1.0)],
+        update_policy(engine, [PolicySample(prompt, good, advantage=1.0), PolicySample(prompt, bad, advantage=-1.0)],
                       cfg, tok.pad_token_id)
         assert sync.push(engine.module, tok, 1) > 0
         assert sync.last["save_s"] > 0 and sync.last["http_s"] > 0

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from services.trainer.config import SyncConfig, TrainConfig
 from services.trainer.policy import apply_lora, encode_prompt, load_policy
-from services.trainer.rollout import CuratorSample
+from services.trainer.rollout import PolicySample
 from services.trainer.sync import WeightSync, WeightSyncError
 from skillos.net import free_port
 
@@ -63,7 +63,7 @@ def one_step(engine, tok, cfg) -> None:
     prompt, _ = encode_prompt(tok, [{"role": "user", "content": "Name one kitchen tool."}], 256)
     good = tok("A sharp knife.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     bad = tok("Purple elephants.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    update_policy(engine, [CuratorSample(prompt, good, advantage=1.0), CuratorSample(prompt, bad, advantage=-1.0)],
+    update_policy(engine, [PolicySample(prompt, good, advantage=1.0), PolicySample(prompt, bad, advantage=-1.0)],
                   cfg, tok.pad_token_id)
 
 
