@@ -11,7 +11,7 @@ advantage. The method learns from the environment's verdict (training tasks have
 Where the methods' libraries live:
 - Skill1 and SAPO: along each rollout's task group (the group is the stream, as for SkillOS's curator),
   from `rollout.seed_repo` or empty;
-- SkillRL: one bank for the whole run (`<run>-skillrl-bank`) that every rollout forks and reads; after
+- SkillRL: one bank for the whole run (`bank_name`) that every rollout forks and reads; after
   every `agent.evolve_every` steps it evolves from the trajectories the steps played, written by the
   teacher (the curator role's LLM; SkillRL's is a frontier model), as its Alg. 1 does between
   validation passes.
@@ -97,8 +97,10 @@ class AgentRolloutResult:
     def log_row(self) -> dict[str, Any]:
         return {"rollout": self.rollout, "outcome": self.outcome, "successes": self.successes,
                 "tasks": [{"position": p.position, "episodes": list(p.episodes.values()),
+                           "episode_keys": list(p.episodes),
                            "info": {k: v for k, v in p.info.items() if k != "writer_tokens"}} for p in self.plays],
-                "samples": [{"segment": s.segment, "position": s.position, "advantage": s.advantage,
+                "samples": [{"segment": s.segment, "position": s.position, "episode": s.episode,
+                             "advantage": s.advantage,
                              "completion_tokens": len(s.completion_ids)} for s in self.samples]}
 
 
@@ -145,6 +147,7 @@ async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt
     from services.executor.serving import Executor
 
     cls = method_class(ctx.method)
+    # 100: room for the companions' suffixes (`-trajectories`) under the repo name limit of 128
     repo = f"{ctx.run_id}-s{step}-{group.id}-r{n}-a{attempt}"[-100:].lstrip("-") if cls.uses_repo else None
     start = time.perf_counter()
     if repo is not None:
@@ -235,6 +238,18 @@ def agent_signal(groups: list[GroupResult]) -> dict[str, Any]:
             "task_groups_with_signal_frac": sum(spread) / len(spread) if spread else 0.0}
 
 
+def bank_name(output_dir) -> str:
+    """SkillRL's bank of the run in ``output_dir``: its folder name, made a valid repo name, and a hash of
+    the whole path (two runs in folders of the same name never share a bank)."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    path = Path(output_dir).resolve()
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-._")[:60] or "run"
+    return f"{stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}-skillrl-bank"
+
+
 class SkillRLBank:
     """SkillRL's one bank of a training run (`<output dir>-skillrl-bank`, kept after the run: it is what
     training built, next to the checkpoint): every rollout forks it; it evolves between steps from the
@@ -245,6 +260,7 @@ class SkillRLBank:
         from harness.methods import build_method
 
         self.ctx, self.name, self.every = ctx, name, every
+        self.companions = [self.name, f"{self.name}-trajectories"]
         # one round per call of `evolve`: the bank's rounds are counted in steps, not tasks
         self.method = build_method("skillrl", {**ctx.params, "evolve_every": 1})
 
@@ -255,21 +271,39 @@ class SkillRLBank:
         config = StreamConfig(env=self.ctx.env, method="skillrl", repo=self.name, run_id=self.ctx.run_id)
         return StreamContext(config, executor=None, repo=self.ctx.repo_client, llm=self.ctx.teacher)
 
-    async def open(self) -> str:
-        """Create the bank (a fork of `rollout.seed_repo` when given) unless a run before made it; the
-        rollouts fork it from now on."""
+    async def open(self, step: int) -> str:
+        """The bank the rollouts fork from now on. A run that starts (``step`` 0) makes it afresh (a
+        fork of `rollout.seed_repo` when given), replacing what an earlier run in the same output
+        directory left; a resumed run goes on with it, its trajectories of steps after the checkpoint
+        (to be played again) dropped."""
         from skillos.clients.skillrepo import SkillRepoError
 
+        exists = True
         try:
             await self.ctx.repo_client.get_repo(self.name)
         except SkillRepoError as e:
             if e.status != 404:
                 raise
+            exists = False
+        if exists and step == 0:
+            for name in self.companions:
+                try:
+                    await self.ctx.repo_client.delete_repo(name)
+                except SkillRepoError as e:
+                    if e.status != 404:
+                        raise
+            exists = False
+        if not exists:
             if self.ctx.seed_repo:
                 await self.ctx.repo_client.fork_repo(self.ctx.seed_repo, self.name)
             else:
                 await self.ctx.repo_client.create_repo(self.name)
-        await self.method.setup(self._stream())
+        stream = self._stream()
+        await self.method.setup(stream)
+        store = self.method.companion(stream, "trajectories")
+        for t in (await store.skills()).values():
+            if int(t.metadata.get("step", 0)) > step:
+                await store.delete(t.name)
         self.ctx.seed_repo = self.name
         return self.name
 
@@ -277,17 +311,18 @@ class SkillRLBank:
         """Record the step's trajectories in the bank's own record; every `every` steps, one round."""
         stream = self._stream()
         store = self.method.companion(stream, "trajectories")
-        recorded = len(await store.skills())
+        recorded = {int(t.metadata.get("position", -1)) for t in (await store.skills()).values()}
+        position = max(recorded, default=-1) + 1
         for g in groups:
             for r in g.rollouts:
                 for t in r.trajectories:
-                    await store.write(f"t{recorded:06d}", t.description, t.body,
-                                      {**t.metadata, "position": recorded, "step": step})
-                    recorded += 1
+                    await store.write(f"t{position:06d}", t.description, t.body,
+                                      {**t.metadata, "position": position, "step": step})
+                    position += 1
         if step % self.every:
             return None
         bank = stream.bank("skillrl")
         report = await self.method.evolve(step // self.every - 1, stream, await bank.skills())
-        report["bank_skills"] = len(await bank.skills())
+        report["bank"], report["bank_skills"] = self.name, len(await bank.skills())
         log.info("skillrl_bank_evolved", step=step, added=len(report["added"]), evolved=report["evolved"])
         return report

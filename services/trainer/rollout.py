@@ -129,7 +129,8 @@ def cut_at_stop(tokenizer, ids: list[int], stop: list[str]) -> tuple[list[int], 
     """The shortest prefix of ``ids`` whose text contains a stop sequence (and whether there was one).
     Cutting after sampling is exact: the tokens kept were drawn from the same distributions as if the
     generation had stopped there, so their log-probs in the loss are the sampling ones."""
-    if not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop):
+    stop = [s for s in stop if s]
+    if not stop or not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop):
         return ids, False
     lo, hi = 1, len(ids)            # the text of a prefix only grows: binary search the first hit
     while lo < hi:

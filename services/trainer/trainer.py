@@ -53,7 +53,7 @@ def _chosen_tokens(s: PolicySample, allowed: torch.Tensor | None) -> int:
 
 
 def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id: int,
-                  ref_model=None) -> dict[str, float]:
+                  ref_model=None) -> dict[str, Any]:
     """One optimizer step on `samples` (each carries its rollout's advantage)."""
     samples = [s for s in samples if s.completion_ids]
     if not samples:
@@ -61,14 +61,17 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
     # token mean over the tokens the policy chose (grammar-forced tokens carry no decision), over every
     # sample of the batch; a sample with A = 0 adds nothing to the surrogate's gradient, so without a KL
     # term only the others are run through the model (most agent decisions of a task whose episodes
-    # all ended alike)
-    total_tokens = max(1.0, float(sum(_chosen_tokens(s, a) for s, a in zip(samples, _allowed(samples)))))
-    active = samples if cfg.kl_coef > 0 else [s for s in samples if s.advantage != 0]
+    # all ended alike). Several ranks meet in every backward (the gradient all-reduce): there, every
+    # sample runs, so that no rank waits for one that had nothing to do.
+    masks = dict(zip(map(id, samples), _allowed(samples)))
+    total_tokens = max(1.0, float(sum(_chosen_tokens(s, masks[id(s)]) for s in samples)))
+    alone = _rank_world()[1] == 1
+    active = [s for s in samples if s.advantage != 0] if cfg.kl_coef == 0 and alone else samples
     if not active:
         return {"skipped": 1.0, "reason": "every advantage is 0: no gradient", "sequences": float(len(samples)),
                 "tokens": total_tokens}
     mbs = _microbatches(active, cfg.deepspeed.micro_batch_sequences)
-    allowed = [_allowed(mb) for mb in mbs]
+    allowed = [[masks[id(s)] for s in mb] for mb in mbs]
     start = time.perf_counter()
     # old-policy log-probs: recomputed here from token ids, never taken from a server
     engine.module.eval()
@@ -101,15 +104,17 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
         stats["clip_fraction"] += out.clip_fraction * n
         stats["approx_kl_old"] += out.approx_kl_old * n
         stats["kl_ref"] += out.kl_ref * n
+        stats["active_tokens"] += n
     engine.module.eval()
     elapsed = time.perf_counter() - start
-    return {"loss": stats["loss"], "clip_fraction": stats["clip_fraction"] / total_tokens,
-            "approx_kl_old": stats["approx_kl_old"] / total_tokens, "kl_ref": stats["kl_ref"] / total_tokens,
-            "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens,
+    ran = max(1.0, stats["active_tokens"])      # the per-token statistics are over the tokens that ran
+    return {"loss": stats["loss"], "clip_fraction": stats["clip_fraction"] / ran,
+            "approx_kl_old": stats["approx_kl_old"] / ran, "kl_ref": stats["kl_ref"] / ran,
+            "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens, "active_tokens": ran,
             "completion_tokens": float(sum(len(s.completion_ids) for s in samples)),
             "sequences": float(len(samples)), "active_sequences": float(len(active)),
             "microbatches": float(len(mbs)), "old_logprob_s": old_s,
-            "seconds": elapsed, "tokens_per_s": total_tokens / max(elapsed, 1e-9)}
+            "seconds": elapsed, "tokens_per_s": ran / max(elapsed, 1e-9)}
 
 
 def _ref_logprobs(engine, ref_model, mb, pad_id, cfg, allowed) -> torch.Tensor:
@@ -254,7 +259,7 @@ class Trainer:
         closing = [repo_client]
         bank = None
         if cfg.policy == "agent":
-            ctx, bank = await self._agent_context(tokenizer, batcher, grammars, repo_client, run_id, closing)
+            ctx, bank = await self._agent_context(tokenizer, batcher, grammars, repo_client, run_id, closing, step)
         else:
             curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
             executor = AsyncExecutorClient(s.executor_url, token=token, timeout=cfg.rollout.timeout_s)
@@ -364,10 +369,10 @@ class Trainer:
             "repo": {"skills_mean": _mean((r.records[-1].repo_size or 0) for r in rollouts if r.records)},
         }, kept
 
-    async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing):
+    async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing, step: int):
         """The agent mode's rollout context, and SkillRL's run-long bank (None for the other methods)."""
         from services.executor.settings import ExecutorSettings
-        from services.trainer.agent import AgentContext, SkillRLBank
+        from services.trainer.agent import AgentContext, SkillRLBank, bank_name
         from services.trainer.agent_rewards import SegmentWeights
         from skillos.llm import LLMClient, LLMSettings
 
@@ -377,7 +382,10 @@ class Trainer:
             teacher = LLMClient(LLMSettings.for_role("curator"))
             closing.append(teacher)
         ctx = AgentContext(
-            env=cfg.data.env, method=a.method, params=dict(a.params), executor_settings=ExecutorSettings(),
+            env=cfg.data.env, method=a.method, params=dict(a.params),
+            # the episodes reach the env servers and the skill repo this trainer was pointed at
+            executor_settings=ExecutorSettings(**{k: getattr(self.settings, k) for k in ExecutorSettings.model_fields
+                                                  if hasattr(self.settings, k)}),
             action_format=a.action_format, act_max_tokens=a.act_max_tokens, repo_client=repo_client,
             tokenizer=tokenizer, batcher=batcher, grammars=grammars, teacher=teacher, run_id=run_id,
             max_prompt_tokens=cfg.max_prompt_tokens,
@@ -386,6 +394,9 @@ class Trainer:
             concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
         bank = None
         if a.method == "skillrl":
-            bank = SkillRLBank(ctx, f"{self.out.resolve().name}-skillrl-bank"[-100:], a.evolve_every)
-            log.info("skillrl_bank", repo=await bank.open())
+            if _rank_world()[1] > 1:
+                raise ValueError("agent.method=skillrl keeps one bank that evolves between steps: run it as one "
+                                 "process (several ranks would each evolve it)")
+            bank = SkillRLBank(ctx, bank_name(self.out), a.evolve_every)
+            log.info("skillrl_bank", repo=await bank.open(step))
         return ctx, bank

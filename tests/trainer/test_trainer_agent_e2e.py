@@ -47,26 +47,18 @@ def _rollouts(out: Path) -> list[dict]:
 
 
 def _check_credit(logged: list[dict]) -> list[float]:
-    """Recompute every logged sample's advantage from the logged tasks; return them all."""
+    """Recompute every logged sample's advantage from the logged tasks (act samples by their episode);
+    return them all."""
     weights = SegmentWeights(CFG.agent.rerank_weight, CFG.agent.distill_weight, CFG.agent.generator_positive_weight)
-    plays = [[TaskPlay(t["position"], {f"e{i}": r for i, r in enumerate(t["episodes"])}, t["info"])
-              for t in r["tasks"]] for r in sorted(logged, key=lambda r: r["rollout"])]
+    plays = [[TaskPlay(t["position"], dict(zip(t["episode_keys"], t["episodes"])), t["info"]) for t in r["tasks"]]
+             for r in sorted(logged, key=lambda r: r["rollout"])]
     adv = segment_advantages(plays, weights)
     seen = []
     for r in logged:
         for s in r["samples"]:
-            if s["segment"] == "act":
-                continue   # act samples are credited per episode; their values are checked below by group
-            assert s["advantage"] == pytest.approx(adv.get((r["rollout"], s["position"], s["segment"]), 0.0)), s
+            what = s["episode"] if s["segment"] == "act" else s["segment"]
+            assert s["advantage"] == pytest.approx(adv.get((r["rollout"], s["position"], what), 0.0)), s
             seen.append(s["advantage"])
-    # act: per task position, the episodes' centred outcomes
-    for position in {t["position"] for r in logged for t in r["tasks"]}:
-        outcomes = [x for r in logged for t in r["tasks"] if t["position"] == position for x in t["episodes"]]
-        m = sum(outcomes) / len(outcomes)
-        acts = {round(s["advantage"], 9) for r in logged for s in r["samples"]
-                if s["segment"] == "act" and s["position"] == position}
-        assert acts <= {round(x - m, 9) for x in outcomes}, (position, acts, outcomes)
-        seen += list(acts)
     return seen
 
 
@@ -149,7 +141,8 @@ def test_skillrl_bank_evolves_between_steps(alfworld_stack, tmp_path):
         assert row["update"]["skipped"] == 1.0 and "advantage" in row["update"]["reason"], row["update"]
     evolution = row["evolution"]
     assert evolution["round"] == 1 and "bank_skills" in evolution, evolution
-    bank = "skillrl-run-skillrl-bank"
+    bank = evolution["bank"]
+    assert bank.startswith("skillrl-run-") and bank.endswith("-skillrl-bank")
     names = _repos(alfworld_stack)
     assert bank in names and f"{bank}-trajectories" in names
     from skillos.clients.skillrepo import SkillRepoClient

@@ -85,6 +85,8 @@ def test_cut_at_stop_keeps_the_shortest_prefix_with_the_stop():
     assert stopped and text.endswith("</action>") and "more" not in text
     assert "</action>" not in tok.decode(cut[:-1])                          # the shortest such prefix
     assert cut_at_stop(tok, ids, ["<never>"]) == (ids, False)
+    assert cut_at_stop(tok, ids, [""]) == (ids, False)                    # an empty stop string stops nothing
+    assert cut_at_stop(tok, [], ["</action>"]) == ([], False)
 
 
 def test_agent_config_refuses_what_cannot_run():
@@ -94,8 +96,20 @@ def test_agent_config_refuses_what_cannot_run():
                                                      "params": {"top_fraction": 1.5}}})
     with pytest.raises(ValueError, match="sync.backend=inprocess"):
         TrainConfig.model_validate({**base, "sync": {"backend": "vllm_full"}})
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match="'skill1'"):        # memp trains nothing: not an agent method
         TrainConfig.model_validate({**base, "agent": {**base["agent"], "method": "memp"}})
+
+
+def test_skillrl_bank_names_are_valid_repo_names_and_never_shared(tmp_path):
+    import re
+
+    from services.trainer.agent import bank_name
+    from skillos.protocol.skillrepo import REPO_NAME_PATTERN
+
+    a, b = bank_name(tmp_path / "x" / "my run+1"), bank_name(tmp_path / "y" / "my run+1")
+    assert a != b and a.startswith("my-run-1-") and a.endswith("-skillrl-bank")
+    assert all(re.match(REPO_NAME_PATTERN, n) for n in (a, b, bank_name(tmp_path / ("z" * 300))))
+    assert bank_name(tmp_path / "x" / "my run+1") == a                  # a resumed run finds its bank
 
 
 def test_train_cli_set_overrides_are_checked_before_anything_runs(tmp_path):
