@@ -144,6 +144,7 @@ class _ActLLM:
 async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt: int, seed: int) -> AgentRolloutResult:
     from harness.loop import StreamConfig, TaskSpec, run_stream
     from harness.methods import method_class
+    from harness.methods.bank import Bank
     from services.executor.serving import Executor
 
     cls = method_class(ctx.method)
@@ -175,7 +176,7 @@ async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt
         plays = _plays(records, llm.samples, player.outcomes)
         trajectories = []
         if ctx.method == "skillrl":
-            trajectories = list(await ctx.repo_client.list_skills(f"{repo}-trajectories"))
+            trajectories = list((await Bank(ctx.repo_client, repo, ctx.method).companion("trajectories").skills()).values())
         for s in llm.samples:
             s.group_id, s.rollout = group.id, n
         return AgentRolloutResult(n, repo, plays, llm.samples, records, time.perf_counter() - start, attempt + 1,
@@ -183,7 +184,8 @@ async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt
     finally:
         await player.aclose()
         if repo is not None:
-            for name in (repo, *(f"{repo}-{c}" for c in cls.companions)):
+            bank = Bank(ctx.repo_client, repo, ctx.method)
+            for name in (repo, *(bank.companion(c).name for c in cls.companions)):
                 try:
                     await ctx.repo_client.delete_repo(name)
                 except Exception as e:  # noqa: BLE001 - a leftover repo is harmless; say so and go on
@@ -260,9 +262,9 @@ class SkillRLBank:
         from harness.methods import build_method
 
         self.ctx, self.name, self.every = ctx, name, every
-        self.companions = [self.name, f"{self.name}-trajectories"]
         # one round per call of `evolve`: the bank's rounds are counted in steps, not tasks
         self.method = build_method("skillrl", {**ctx.params, "evolve_every": 1})
+        self.repos = [self.name, self.method.companion(self._stream(), "trajectories").name]
 
     def _stream(self):
         from harness.loop import StreamConfig
@@ -286,7 +288,7 @@ class SkillRLBank:
                 raise
             exists = False
         if exists and step == 0:
-            for name in self.companions:
+            for name in self.repos:
                 try:
                     await self.ctx.repo_client.delete_repo(name)
                 except SkillRepoError as e:

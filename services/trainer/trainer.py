@@ -288,7 +288,8 @@ class Trainer:
                 if _rank_world()[0] == 0:
                     metrics.write(step, row)
                     write_rollouts(self.out, step, kept)
-                log.info("step", step=step, reward=row.get("reward", {}).get("total"),
+                reward = row["reward"].get("total", row["reward"].get("outcome"))   # curator: Eq. 1; agent: outcome
+                log.info("step", step=step, reward=reward,
                          groups_with_signal=row["signal"].get("groups_nonzero_std_frac"),
                          dropped=row["groups"]["dropped"], rollout_s=row["time"]["rollout_s"],
                          update_s=row["time"]["update_s"])
@@ -347,8 +348,7 @@ class Trainer:
             from services.trainer.agent import agent_signal
 
             return {**common,
-                    "reward": {"total": _mean(r.outcome for r in rollouts),
-                               "outcome": _mean(r.outcome for r in rollouts)},
+                    "reward": {"outcome": _mean(r.outcome for r in rollouts)},
                     "signal": agent_signal(kept),
                     "success_rate": _mean(x for r in rollouts for x in r.successes),
                     "method": _method_measures(cfg.agent.method, rollouts),

@@ -36,6 +36,22 @@ def _train(stack, out: Path, *sets: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False)
 
 
+def _trained(stack, out: Path, *sets: str) -> dict:
+    """One training step of the tiny agent config with ``sets``; its metrics row, common checks made."""
+    done = _train(stack, out, *sets)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    row = _row(out)
+    _common(row, out)
+    return row
+
+
+def _no_rollout_repos(stack) -> list[str]:
+    """The repos on the stack, none of them a rollout's (deleted with its companions after it)."""
+    names = _repos(stack)
+    assert not [n for n in names if n.startswith("train-")], "rollout repos or their companions left behind"
+    return names
+
+
 def _row(out: Path) -> dict:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert [r["step"] for r in rows] == [1]
@@ -90,10 +106,7 @@ def test_skill1_query_rerank_act_distill(alfworld_stack, tmp_path):
             repo.put_skill(seed, {"name": name, "description": f"{name} in a household task", "body": body,
                                   "metadata": {"utility": u, "selected": 0}})
     out = tmp_path / "skill1"
-    done = _train(alfworld_stack, out, "agent.method=skill1", f"rollout.seed_repo={seed}")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    row = _row(out)
-    _common(row, out)
+    row = _trained(alfworld_stack, out, "agent.method=skill1", f"rollout.seed_repo={seed}")
     segments = row["signal"]["segments"]
     assert segments["query"] == segments["rerank"] == segments["distill"] == PLAYS, segments
     logged = _rollouts(out)
@@ -103,15 +116,12 @@ def test_skill1_query_rerank_act_distill(alfworld_stack, tmp_path):
     assert read, "SmolLM2 wrote no readable ranking in 4 tries"
     assert row["signal"]["adv_abs_mean"]["rerank"] > 0
     assert any(a != 0 for a in advantages) and row["update"]["grad_norm"] > 0, row["update"]
-    assert not [n for n in _repos(alfworld_stack) if n.startswith("train-")], "rollout repos left behind"
+    _no_rollout_repos(alfworld_stack)
 
 
 def test_sapo_split_rollouts_and_induction(alfworld_stack, tmp_path):
     out = tmp_path / "sapo"
-    done = _train(alfworld_stack, out, "agent.method=sapo")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    row = _row(out)
-    _common(row, out)
+    row = _trained(alfworld_stack, out, "agent.method=sapo")
     assert row["signal"]["segments"]["induce"] == PLAYS
     logged = _rollouts(out)
     _check_credit(logged)
@@ -125,16 +135,12 @@ def test_sapo_split_rollouts_and_induction(alfworld_stack, tmp_path):
                 assert [s["advantage"] for s in r["samples"] if s["segment"] == "induce"
                         and s["position"] == t["position"]] == [pytest.approx(0.1 * u if u > 0 else u)]
     assert row["method"]["rollouts_per_task"] >= 1
-    names = _repos(alfworld_stack)
-    assert not [n for n in names if n.startswith("train-")], "rollout repos or candidate banks left behind"
+    _no_rollout_repos(alfworld_stack)
 
 
 def test_skillrl_bank_evolves_between_steps(alfworld_stack, tmp_path):
     out = tmp_path / "skillrl-run"
-    done = _train(alfworld_stack, out, "agent.method=skillrl")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    row = _row(out)
-    _common(row, out)
+    row = _trained(alfworld_stack, out, "agent.method=skillrl")
     assert set(row["signal"]["segments"]) == {"act"}       # the teacher writes; only the agent is trained
     advantages = _check_credit(_rollouts(out))
     if not any(advantages):   # every episode ended alike: nothing to learn, and no pass through the model
@@ -143,7 +149,7 @@ def test_skillrl_bank_evolves_between_steps(alfworld_stack, tmp_path):
     assert evolution["round"] == 1 and "bank_skills" in evolution, evolution
     bank = evolution["bank"]
     assert bank.startswith("skillrl-run-") and bank.endswith("-skillrl-bank")
-    names = _repos(alfworld_stack)
+    names = _no_rollout_repos(alfworld_stack)
     assert bank in names and f"{bank}-trajectories" in names
     from skillos.clients.skillrepo import SkillRepoClient
 
@@ -154,4 +160,3 @@ def test_skillrl_bank_evolves_between_steps(alfworld_stack, tmp_path):
     assert {s.metadata["step"] for s in recorded} == {1}
     assert len(skills) == evolution["bank_skills"]
     assert {s.name for s in skills} >= set(evolution["added"])
-    assert not [n for n in names if n.startswith("train-")], "rollout repos left behind"
