@@ -5,11 +5,13 @@
     .venv/bin/python -m bench.bench_methods run --env webshop --limit 12 --seeds 3 --max-turns 15
     # the table of any finished run folder with several methods
     .venv/bin/python -m bench.bench_methods table runs/methods/alfworld
+    # SkillOS's curation of a finished run's trajectories again, with today's prompt (nothing applied)
+    .venv/bin/python -m bench.bench_methods recurate runs/methods/webshop --llm-url http://127.0.0.1:8080/v1
 
 One row per method: success rate (WebShop: also the score), steps, tokens and rollouts per task, final
 repo size, and the paired difference against No Memory and against SkillOS-base on the same
-(seed, task) pairs: Δ with a paired bootstrap 95 % interval and McNemar's exact p on success. Writes
-``methods.md`` into the run folder.
+(seed, task) pairs: Δ with a paired bootstrap 95 % interval and McNemar's exact p on success (WebShop:
+also the score's Δ with its interval). Writes ``methods.md`` into the run folder.
 On a GPU cluster the same command scales by pointing the roles at vLLM (`SKILLOS_LLM_BASE_URL`, README)
 and raising ``--concurrency``, ``--per-type``/``--limit`` and ``--max-turns 30``.
 """
@@ -33,12 +35,14 @@ def _keyed(recs: dict[int, dict[str, dict]], key) -> dict[tuple[int, str], float
     return {(seed, task): key(r) for seed, tasks in recs.items() for task, r in tasks.items()}
 
 
-def _versus(a: dict, b: dict) -> str:
+def _versus(a: dict, b: dict, mcnemar: bool = True) -> str:
+    """Δ [95 % CI] of a paired bootstrap; McNemar's p only for success (``paired`` gives it to any 0/1
+    outcome, which a score column can be by chance)."""
     common = sorted(set(a) & set(b))
     if not common:
         return "–"
     res = paired([a[k] for k in common], [b[k] for k in common])
-    p = f", p = {res.p_value:.2g}" if res.p_value is not None else ""
+    p = f", p = {res.p_value:.2g}" if mcnemar and res.p_value is not None else ""
     return f"{100 * res.diff:+.1f} [{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}]{p}"
 
 
@@ -53,7 +57,8 @@ def table(run_dir: Path) -> str:
     lines = run_header(f"{env} / {cfg.get('split', '?')}: {len(order)} methods on the same stream", cfg, run_dir)
     graded = env == "webshop"
     head = "| method | n | SR % |" + (" score |" if graded else "") + \
-        " steps | LLM tokens/task (executor + method) | rollouts/task | repo size | SR Δ vs none [95% CI] | SR Δ vs skillos [95% CI] |"
+        " steps | LLM tokens/task (executor + method) | rollouts/task | repo size | SR Δ vs none [95% CI] | SR Δ vs skillos [95% CI] |" + \
+        (" score Δ vs none [95% CI] | score Δ vs skillos [95% CI] |" if graded else "")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
     agg_of = {m: (summary.get("methods", {}).get(m) or {}).get("aggregate") or {} for m in order}
     for m in order:
@@ -71,6 +76,9 @@ def table(run_dir: Path) -> str:
                   "–" if size is None else f"{size:.1f}",
                   "–" if m == "none" or "none" not in success else _versus(success[m], success["none"]),
                   "–" if m == "skillos" or "skillos" not in success else _versus(success[m], success["skillos"])]
+        if graded:
+            cells += ["–" if m == "none" or "none" not in score else _versus(score[m], score["none"], mcnemar=False),
+                      "–" if m == "skillos" or "skillos" not in score else _versus(score[m], score["skillos"], mcnemar=False)]
         lines.append("| " + " | ".join(cells) + " |")
     own = [(m, agg_of[m].get("method_measures") or {}) for m in order]
     own = [(m, ms) for m, ms in own if ms]
@@ -81,6 +89,57 @@ def table(run_dir: Path) -> str:
     text = "\n".join(lines) + "\n"
     (run_dir / "methods.md").write_text(text)
     return text
+
+
+def _exported(run_dir: Path, seed: int, name: str) -> dict:
+    """A retrieved skill as the run's exported repo holds it (records keep only names): its final
+    version, which may be later than the one the curator was shown then."""
+    path = run_dir / "repo" / f"seed{seed}" / name / "SKILL.md"
+    if not path.exists():
+        return {"name": name}
+    _, front, body = path.read_text().split("---\n", 2)
+    description = next((line.split(":", 1)[1].strip().strip("'\"") for line in front.splitlines()
+                        if line.startswith("description:")), "")
+    return {"name": name, "description": description, "content": body.strip()}
+
+
+def recurate(run_dir: Path, llm_url: str, model: str) -> str:
+    """Ask the curator again, with the current prompt and the same seeds, for every SkillOS task of a run
+    (apply=false): what a prompt change does to the skills, on the very trajectories the run recorded."""
+    import asyncio
+
+    from skillos.curation import CurationOptions, curate
+    from skillos.llm import LLMClient, LLMSettings
+    from skillos.protocol.curator import CurateRequest
+
+    records = sorted((r for tasks in load_records(run_dir).get("skillos", {}).values() for r in tasks.values()),
+                     key=lambda r: (r["seed"], r["position"]))
+    if not records:
+        raise SystemExit(f"{run_dir}: no SkillOS task records")
+    cfg = json.loads((run_dir / "run.json").read_text())["config"]
+    env = cfg["env"]
+
+    async def go() -> list[str]:
+        llm = LLMClient(LLMSettings(base_url=llm_url, model=model, timeout_s=1800, max_retries=0))
+        out = []
+        for r in records:
+            trajectory = {"task": r["instruction"], "task_id": r["task_id"], "env": env,
+                          "turns": [{k: t.get(k) for k in ("observation", "thought", "action", "valid")}
+                                    for t in r["turns"]]}
+            retrieved = [_exported(run_dir, r["seed"], s.get("name", "")) for s in r.get("retrieved") or []]
+            judged = r["success"] if r.get("self_judged_success") is None else r["self_judged_success"]
+            req = CurateRequest(trajectory=trajectory, self_judged_success=bool(judged), retrieved_skills=retrieved,
+                                apply=False, seed=r["seed"], temperature=cfg.get("curator_temperature"))
+            resp = await curate(req, llm=llm, repo=None, options=CurationOptions())
+            for call in resp.calls:
+                body = call.arguments.get("content") or call.arguments.get("new_content") or ""
+                out.append(f"#### seed {r['seed']}, task {r['position']}: {call.name} "
+                           f"`{call.arguments.get('skill_name')}`\n\n```\n{body.strip()}\n```\n")
+            if resp.error:
+                out.append(f"#### seed {r['seed']}, task {r['position']}: no decision ({resp.error})\n")
+        return out
+
+    return "\n".join(asyncio.run(go()))
 
 
 def run(args) -> None:
@@ -119,9 +178,15 @@ def main() -> None:
     r.add_argument("--out")
     t = sub.add_parser("table", help="the table of a finished run folder")
     t.add_argument("run_dir", type=Path)
+    c = sub.add_parser("recurate", help="SkillOS's curation of a finished run again, with today's prompt")
+    c.add_argument("run_dir", type=Path)
+    c.add_argument("--llm-url", required=True, help="an OpenAI-compatible /v1 base URL (the curator role's)")
+    c.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     args = p.parse_args()
     if args.cmd == "run":
         run(args)
+    elif args.cmd == "recurate":
+        print(recurate(args.run_dir, args.llm_url, args.model))
     else:
         print(table(args.run_dir))
 

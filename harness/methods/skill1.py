@@ -33,8 +33,13 @@ SYSTEM = "You are an agent that keeps a library of lessons from past tasks. Answ
 QUERY = """Task: {task}
 
 Write a one-sentence search query to find relevant past experiences for this task. Do NOT output an action.
-Example: <query>tips for heating an object with a microwave then placing it</query>
+Example: <query>{example}</query>
 <query>"""
+# The paper's example is an ALFWorld one; in a WebShop stream the 0.5B writer copied it
+# ("tips for heating an object with a microwave" for a pair of shorts), so each env has its own.
+QUERY_EXAMPLES = {"alfworld": "tips for heating an object with a microwave then placing it",
+                  "webshop": "how to find a product with the requested attributes and options under a price limit",
+                  "reasoning": "how to set up equations for a problem and check the answer"}
 
 RANK = """Task: {task}
 
@@ -104,7 +109,8 @@ class Skill1(Method):
     async def select(self, position: int, spec: TaskSpec, ctx: StreamContext,
                      record: TaskRecord) -> list[SkillText]:
         task = spec.instruction or spec.id
-        text, tokens = await write(ctx.llm, SYSTEM, QUERY.format(task=task), max_tokens=64, seed=ctx.config.seed,
+        example = QUERY_EXAMPLES.get(ctx.config.env, QUERY_EXAMPLES["alfworld"])
+        text, tokens = await write(ctx.llm, SYSTEM, QUERY.format(task=task, example=example), max_tokens=64, seed=ctx.config.seed,
                                    purpose="query")
         query = _first_line(re.sub(r"</?query>", " ", tagged("<query>" + text, "query") or ""))[:300]
         # written as it goes: if a later call fails, learn still sees the candidates and their trends

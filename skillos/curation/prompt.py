@@ -7,19 +7,103 @@ signatures in the system prompt come from `ops.signature`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from skillos.curation.ops import signature
 
-SYSTEM_PROMPT = f"""You maintain a library of skills for an agent that solves tasks one after another in the same \
+
+@dataclass(frozen=True)
+class EnvWording:
+    """The environment-specific words of the curator's prompt. A small curator copies the example's
+    shape and often its words: with ALFWorld's example in a WebShop run, the 0.5B wrote "take OBJECT
+    from PLACE" skills for buying shorts (bench/RESULTS-methods.md). So each env gets its own."""
+
+    numbered: str     # this task's particulars that a skill must not name
+    actions: str      # example actions of the environment
+    concrete_tail: str  # what else a concrete step says
+    name_like: str    # an example skill name
+    example: str      # a good skill's content
+    example_json: str  # the same skill as the JSON mode's arguments
+
+
+_ALFWORLD = EnvWording(
+    numbered='OBJECT and PLACE (or the kind of thing) instead of this task\'s numbered items such as \
+"apple 1" or "cabinet 3"',
+    actions='"go to PLACE", "open PLACE", "take OBJECT from PLACE"',
+    concrete_tail="with where to look first",
+    name_like="clean-then-place",
+    example="""---
+name: place-object
+description: Put an object in or on a place.
+---
+Use when the task says "put OBJECT in/on PLACE".
+1. Go to where OBJECT usually is (countertop, table, cabinet); open closed places to see inside.
+2. take OBJECT from PLACE where you found it (the object the task names, not another).
+3. go to the target PLACE.
+4. move OBJECT to the target PLACE.
+If an action gives "Nothing happens", check you hold OBJECT and stand at the right place.""",
+    example_json='{"skill_name": "place-object", "description": "Put an object in or on a place.", "steps": \
+["Go to where OBJECT usually is; open closed places to see inside.", "take OBJECT from PLACE where you \
+found it.", "go to the target PLACE.", "move OBJECT to the target PLACE."]}')
+
+ENV_WORDING: dict[str, EnvWording] = {
+    "alfworld": _ALFWORLD,
+    "webshop": EnvWording(
+        numbered='PRODUCT, OPTION and PRICE LIMIT (or the kind of thing) instead of this request\'s values \
+such as "black", "3x-large" or a product id',
+        actions='"search[QUERY]", "click[PRODUCT ID]", "click[OPTION]", "click[buy now]"',
+        concrete_tail="in the order the store needs them",
+        name_like="buy-product-under-price-limit",
+        example="""---
+name: buy-product-with-options
+description: Buy a product that matches the request's attributes, options and price limit.
+---
+Use when the request names a product with attributes, options (size, color) and a price limit.
+1. Search with the PRODUCT and its main attributes, leaving out the options and the price.
+2. click[PRODUCT ID] of the first result whose title matches and whose price is under the limit.
+3. click[OPTION] for each option the request names.
+4. click[buy now].
+If no title matches, click[back to search] and search with fewer words instead of paging on.""",
+        example_json='{"skill_name": "buy-product-with-options", "description": "Buy a product that \
+matches the request\'s attributes, options and price limit.", "steps": ["Search with the PRODUCT and its \
+main attributes, leaving out the options and the price.", "click[PRODUCT ID] of the first result whose \
+title matches and whose price is under the limit.", "click[OPTION] for each option the request names.", \
+"click[buy now]."]}'),
+    "reasoning": EnvWording(
+        numbered="QUANTITY, EQUATION or OPTION (or the kind of thing) instead of this problem's numbers",
+        actions='"write what is given and what is asked", "solve", "check the answer"',
+        concrete_tail="ending with how to check the answer",
+        name_like="check-answer-by-substitution",
+        example="""---
+name: solve-equation-problem
+description: Solve a problem that asks for an unknown defined by equations or conditions.
+---
+Use when a problem states conditions on an unknown and asks for its value.
+1. Write what is given and what is asked, as equations in the unknowns.
+2. Simplify and solve, one step per line.
+3. Substitute the answer back into every condition of the problem.
+4. Give the answer in the form asked (a number, an expression or an option letter).
+If the answer breaks a condition, find the first wrong step instead of guessing an option.""",
+        example_json='{"skill_name": "solve-equation-problem", "description": "Solve a problem that asks \
+for an unknown defined by equations or conditions.", "steps": ["Write what is given and what is asked, as \
+equations in the unknowns.", "Simplify and solve, one step per line.", "Substitute the answer back into \
+every condition of the problem.", "Give the answer in the form asked (a number, an expression or an \
+option letter)."]}'),
+}
+# An env without its own words (or none given) gets ALFWorld's, the words the curator was built with.
+DEFAULT_WORDING = _ALFWORLD
+
+
+def system_prompt(env: str = "") -> str:
+    w = ENV_WORDING.get(env, DEFAULT_WORDING)
+    return f"""You maintain a library of skills for an agent that solves tasks one after another in the same \
 environment. A skill is a short Markdown procedure for one KIND of task: when it applies, the steps in \
 the environment's own actions, and what to do when a step fails.
 
 Good skills help the next tasks of the same kind:
-- general: write OBJECT and PLACE (or the kind of thing) instead of this task's numbered items such as \
-"apple 1" or "cabinet 3"; never paste the trajectory;
-- concrete: every step is an action of the environment (for example "go to PLACE", "open PLACE", \
-"take OBJECT from PLACE"), with where to look first;
+- general: write {w.numbered}; never paste the trajectory;
+- concrete: every step is an action of the environment (for example {w.actions}), {w.concrete_tail};
 - short: a first line saying when to use it, then 3 to 6 numbered steps (under 80 words);
 - corrective: when the agent failed, write the step it missed or the mistake to avoid.
 
@@ -31,27 +115,19 @@ missing step or a recovery for a failure you saw;
 - {signature('skill_delete')}: remove a retrieved skill that misled the agent or duplicates another.
 
 Rules: skill_name is lowercase words joined by hyphens naming the kind of task (like \
-clean-then-place). Only update or delete skills listed under "Retrieved skills". Make at most 2 calls, \
+{w.name_like}). Only update or delete skills listed under "Retrieved skills". Make at most 2 calls, \
 and none if the task taught nothing new.
 
 Example of a good skill's content:
----
-name: place-object
-description: Put an object in or on a place.
----
-Use when the task says "put OBJECT in/on PLACE".
-1. Go to where OBJECT usually is (countertop, table, cabinet); open closed places to see inside.
-2. take OBJECT from PLACE where you found it (the object the task names, not another).
-3. go to the target PLACE.
-4. move OBJECT to the target PLACE.
-If an action gives "Nothing happens", check you hold OBJECT and stand at the right place."""
+{w.example}"""
 
-JSON_FORMAT_HINT = """Answer with one JSON object and nothing else. A skill is written as its description \
+
+def json_format_hint(env: str = "") -> str:
+    w = ENV_WORDING.get(env, DEFAULT_WORDING)
+    return f"""Answer with one JSON object and nothing else. A skill is written as its description \
 (when to use it) and its steps; skill_update gives the whole new skill the same way:
-{"calls": [{"name": "new_skill_insert", "arguments": {"skill_name": "place-object", "description": \
-"Put an object in or on a place.", "steps": ["Go to where OBJECT usually is; open closed places to see \
-inside.", "take OBJECT from PLACE where you found it.", "go to the target PLACE.", "move OBJECT to the \
-target PLACE."]}}]}"""
+{{"calls": [{{"name": "new_skill_insert", "arguments": {w.example_json}}}]}}"""
+
 
 TEXT_FORMAT_HINT = """Write each call as <tool_call>{"name": "...", "arguments": {...}}</tool_call>."""
 
@@ -121,9 +197,10 @@ def build_curator_messages(trajectory: Any, self_judged_success: bool, retrieved
     instruction for how to write calls: "tools" (the backend's tools API; nothing added), "json"
     (one JSON object, for grammar-constrained decoding) or "text" (<tool_call> tags).
     """
-    system = SYSTEM_PROMPT
+    env = _field(trajectory, "env", "") or ""
+    system = system_prompt(env)
     if output_format == "json":
-        system += "\n\n" + JSON_FORMAT_HINT
+        system += "\n\n" + json_format_hint(env)
     elif output_format == "text":
         system += "\n\n" + TEXT_FORMAT_HINT
     outcome = "SUCCEEDED" if self_judged_success else "FAILED"

@@ -58,6 +58,41 @@ def test_prompt_is_the_pinned_one(mode):
     assert build_curator_messages(traj, False, skills, output_format=mode) == golden
 
 
+@pytest.mark.parametrize("env", ["webshop", "reasoning"])
+def test_prompt_speaks_the_trajectorys_env(env):
+    """The example skill is the env's own: an ALFWorld example made a small curator write ALFWorld steps
+    for WebShop tasks. Each env's JSON example is a well-formed call of the same skill as its Markdown."""
+    from jsonschema import validate
+
+    from skillos.curation import parse_curator_output
+    from skillos.curation.prompt import ENV_WORDING
+
+    for mode in ("json", "tools", "text"):
+        system = build_curator_messages({"task": "t", "env": env}, False, [], output_format=mode)[0]["content"]
+        assert "OBJECT" not in system and "cabinet" not in system and "where to look first" not in system
+    system_json = build_curator_messages({"task": "t", "env": env}, False, [],
+                                                  output_format="json")[0]["content"]
+    answer = system_json[system_json.rindex("\n") + 1:]
+    validate(json.loads(answer), curator_json_schema(0, 2))
+    [call] = parse_curator_output(answer, None)
+    example = ENV_WORDING[env].example
+    assert call.ok and call.name == "new_skill_insert"
+    assert f"name: {call.arguments['skill_name']}\n" in example
+    assert f"description: {json.loads(answer)['calls'][0]['arguments']['description']}\n" in example
+
+
+def test_every_env_has_its_own_curator_wording_and_others_fall_back_to_alfworlds():
+    from typing import get_args
+
+    from skillos.curation.prompt import ENV_WORDING
+    from skillos.protocol.executor import EnvName
+
+    assert set(get_args(EnvName)) <= set(ENV_WORDING)
+    alfworld = build_curator_messages({"task": "t", "env": "alfworld"}, False, [])[0]["content"]
+    for env in ("", "generic"):
+        assert build_curator_messages({"task": "t", "env": env}, False, [])[0]["content"] == alfworld
+
+
 # ---- the op union --------------------------------------------------------------------------------
 
 def test_ops_are_one_discriminated_union():

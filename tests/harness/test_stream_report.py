@@ -120,3 +120,27 @@ def test_methods_table_pairs_every_method_with_no_memory_and_skillos(tmp_path):
     assert "+50.0 [" in rows["memp"].split(" | ")[8]
     assert "+ 100" in rows["memp"] and rows["none"].split(" | ")[7] == "–"
     assert (tmp_path / "methods.md").read_text() == text
+    assert "score" not in text      # success only: the env is not a graded one
+
+
+def test_methods_table_pairs_webshop_scores_too(tmp_path):
+    """A graded env: the score's paired Δ next to success's (success alone is all zeros on a small model)."""
+    from bench.bench_methods import table
+
+    scores = {"none": [0.5, 0.0], "skillos": [0.0, 0.0], "sapo": [1.0, 0.5], "memp": [1.0, 0.0]}
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "summary.json").write_text(json.dumps({"config": {"env": "webshop", "split": "test"}}))
+    for method, rewards in scores.items():
+        for pos, reward in enumerate(rewards):
+            r = _record(pos, reward == 1.0, "fashion", method=method)
+            r.reward = reward
+            (tmp_path / "tasks" / f"{method}-seed0-{pos:04d}.json").write_text(json.dumps(r.to_dict()))
+    text = table(tmp_path)
+    assert "score Δ vs none" in text
+    cells = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")
+             for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    assert cells["sapo"][3] == "75.0"                       # the mean score, in %
+    assert cells["sapo"][10].startswith("+50.0 [")         # vs none: (+0.5 + +0.5) / 2
+    assert cells["sapo"][11].startswith("+75.0 [")         # vs skillos: (+1.0 + +0.5) / 2
+    assert cells["skillos"][10].startswith("-25.0 [") and cells["skillos"][11] == "–"
+    assert "p =" in cells["memp"][9] and "p =" not in cells["memp"][11]   # McNemar for success only
