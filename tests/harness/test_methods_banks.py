@@ -122,13 +122,15 @@ def test_sapo_promotes_validated_novel_candidates_and_prunes_to_capacity(repo_ur
     async def body(m, ctx, repo, record):
         main, tmp = ctx.config.repo, ctx.config.repo + "-candidates"
         heat = {"description": "Heat food in the microwave", "body": "Go to the microwave, open it, heat the food."}
-        await repo.put_skill(main, {"name": "x", **heat, "metadata": {"utility": 0.05}})
+        # a real name: the index embeds "<name words>: <description> <body>", and a bare "x" moved the
+        # int8 encoder's cosine of the duplicate below the 0.8 threshold (0.79; "heat food" gives 0.95)
+        await repo.put_skill(main, {"name": "heat-food", **heat, "metadata": {"utility": 0.05}})
         await repo.put_skill(main, {"name": "y", "description": "Look under a lamp", "body": "Use the desklamp.",
                                     "metadata": {"utility": 0.01}})
         cands = {"a": (0.5, "Clean objects at the sink", "Rinse the object at the sinkbasin before placing it."),
                  "b": (0.2, "Count two objects", "Keep a tally when a task asks for two things."),
                  "c": (-0.1, "Wander", "Walk around."),
-                 "d": (0.4, heat["description"], heat["body"]),   # the same skill as "x": a duplicate
+                 "d": (0.4, heat["description"], heat["body"]),   # the same skill as "heat-food": a duplicate
                  "e": (0.3, "Cool things in the fridge", "Open the fridge and cool the object inside.")}
         for name, (u, desc, text) in cands.items():
             await repo.put_skill(tmp, {"name": name, "description": desc, "body": text,
@@ -139,9 +141,9 @@ def test_sapo_promotes_validated_novel_candidates_and_prunes_to_capacity(repo_ur
 
     promotion, longterm, status = _play(repo_url, "sapo", {"promote_every": 3, "top_fraction": 0.6, "capacity": 3},
                                         body)
-    # top ⌈0.6·5⌉ = 3 by U: a, d, e; d duplicates x; y has the lowest U of four: pruned
+    # top ⌈0.6·5⌉ = 3 by U: a, d, e; d duplicates heat-food; y has the lowest U of four: pruned
     assert promotion == {"pending": 5, "promoted": ["a", "e"], "duplicates": ["d"], "pruned": ["y"]}
-    assert sorted(longterm) == ["a", "e", "x"] and longterm["a"]["utility"] == 0.5
+    assert sorted(longterm) == ["a", "e", "heat-food"] and longterm["a"]["utility"] == 0.5
     assert status == {"a": "promoted", "b": "discarded", "c": "discarded", "d": "discarded", "e": "promoted"}
 
 
