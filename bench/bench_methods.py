@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.bench_learning import load_records, run_header
 from harness.methods import METHODS
 from harness.stats import paired
+from skillos.skills import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,10 +98,8 @@ def _exported(run_dir: Path, seed: int, name: str) -> dict:
     path = run_dir / "repo" / f"seed{seed}" / name / "SKILL.md"
     if not path.exists():
         return {"name": name}
-    _, front, body = path.read_text().split("---\n", 2)
-    description = next((line.split(":", 1)[1].strip().strip("'\"") for line in front.splitlines()
-                        if line.startswith("description:")), "")
-    return {"name": name, "description": description, "content": body.strip()}
+    doc = parse(path.read_text())
+    return {"name": name, "description": doc.description, "content": doc.body}
 
 
 def recurate(run_dir: Path, llm_url: str, model: str) -> str:
