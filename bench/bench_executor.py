@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.bench_executor               # LLM backend + executor (several minutes)
     .venv/bin/python -m bench.bench_executor --only llm    # just the embedded LLM backend
     .venv/bin/python -m bench.bench_executor --only executor --episodes 2 --max-turns 3
+    .venv/bin/python -m bench.bench_executor --only prefix --episodes 2 --max-tokens 0   # ~15 min, the 1.5B
 
 What it measures, against baselines in the same run:
 - embedded LLM (llama.cpp serving SmolLM2-135M): start time until /healthz, completion tokens/s at
@@ -10,7 +11,10 @@ What it measures, against baselines in the same run:
   tool call (valid or not);
 - executor: orchestration overhead per turn (episode time not spent in the LLM, the env or retrieval;
   target <= 10 ms p50) against the in-process baseline (our prompt building + action parsing alone,
-  no HTTP), and episodes/min at concurrency 1, 2 and 4 (baseline: concurrency 1) on real ALFWorld.
+  no HTTP), and episodes/min at concurrency 1, 2 and 4 (baseline: concurrency 1) on real ALFWorld;
+- prompt-prefix reuse: median seconds per executor turn and episodes/min with a real model (default
+  the 1.5B) at concurrency 1, 2 and 4, llama-server with its per-slot prompt cache against the same
+  server with the cache off (the baseline).
 All services are the real `skillos serve ...` processes on loopback.
 """
 
@@ -230,7 +234,8 @@ def bench_executor(args) -> None:
 def bench_prefix(args) -> None:
     """Seconds per executor turn and episodes/min with a real model (default the 1.5B), the embedded
     server with its per-slot prompt cache against the same server with the cache off (the baseline:
-    every prompt recomputed), and against llama-cpp-python's server, at each concurrency."""
+    every prompt recomputed), and with --with-llama-cpp-python against llama-cpp-python's server, at
+    each concurrency."""
     configs = [("llama-server", False), ("llama-server", True)]
     if args.with_llama_cpp_python:
         configs.append(("llama-cpp-python", True))
@@ -277,7 +282,8 @@ def main() -> None:
     p.add_argument("--llm-max-tokens", type=int, default=64)
     p.add_argument("--episodes", type=int, default=4, help="episodes per concurrency level (at least C)")
     p.add_argument("--max-turns", type=int, default=5)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=48,
+                   help="max_tokens per executor turn (0: the executor's own default)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     args = p.parse_args()
     print(f"# bench_executor  ({time.strftime('%Y-%m-%d %H:%M:%S')} UTC, {os.cpu_count()} CPUs, "

@@ -95,8 +95,12 @@ option letter)."]}'),
 DEFAULT_WORDING = _ALFWORLD
 
 
+def wording(env: str = "") -> EnvWording:
+    return ENV_WORDING.get(env, DEFAULT_WORDING)
+
+
 def system_prompt(env: str = "") -> str:
-    w = ENV_WORDING.get(env, DEFAULT_WORDING)
+    w = wording(env)
     return f"""You maintain a library of skills for an agent that solves tasks one after another in the same \
 environment. A skill is a short Markdown procedure for one KIND of task: when it applies, the steps in \
 the environment's own actions, and what to do when a step fails.
@@ -123,7 +127,7 @@ Example of a good skill's content:
 
 
 def json_format_hint(env: str = "") -> str:
-    w = ENV_WORDING.get(env, DEFAULT_WORDING)
+    w = wording(env)
     return f"""Answer with one JSON object and nothing else. A skill is written as its description \
 (when to use it) and its steps; skill_update gives the whole new skill the same way:
 {{"calls": [{{"name": "new_skill_insert", "arguments": {w.example_json}}}]}}"""
