@@ -219,7 +219,8 @@ async def events(request: Request, run_id: str, svc: Svc, user: User,
     """Server-sent events of a run in progress: `task` (or `step`) per new row, `status` at the end."""
     info = await run_in_threadpool(svc.run_info, user, run_id)
     last = request.headers.get("last-event-id", "")
-    seen = int(last) if last.isdigit() else after
+    # an unreadable id (non-ASCII digits such as '²', or past int's string limit) is ignored, as SSE ignores it
+    seen = int(last) if last.isascii() and last.isdigit() and len(last) < 19 else after
     templates = request.app.state.templates
     row_template = templates.get_template("_step_row.html" if info.kind == "train" else "_task_row.html")
     summary_template = templates.get_template("_live_summary.html")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -13,6 +13,8 @@ from services.skillrepo.serving import SkillRepoService, format_error, parse_if_
 from skillos.auth import Grant
 from skillos.errors import APIError, ErrorResponse
 from skillos.protocol.skillrepo import (
+    LOG_ID_MAX,
+    VERSION_MAX,
     ForkRequest,
     ImportResult,
     IndexStatus,
@@ -214,7 +216,8 @@ async def skill_versions(repo: str, name: str, svc: Svc, auth: Auth,
 
 @router.get("/repos/{repo}/skills/{name}/versions/{version}", response_model=SkillVersion,
             summary="One version of a skill, with its document")
-async def skill_version(repo: str, name: str, version: int, svc: Svc, auth: Auth) -> SkillVersion:
+async def skill_version(repo: str, name: str, version: Annotated[int, Path(ge=1, le=VERSION_MAX)], svc: Svc,
+                        auth: Auth) -> SkillVersion:
     auth.require(repo)
     return await run_in_threadpool(svc.version, repo, name, version)
 
@@ -267,7 +270,7 @@ async def apply_ops(repo: str, body: OpsRequest, svc: Svc, auth: Auth) -> OpsRes
 @router.get("/repos/{repo}/ops", response_model=OpLog,
             summary="The repo's op log, newest first: every batch of ops with each op's verdict, and REST writes")
 async def op_log(repo: str, svc: Svc, auth: Auth,
-                 before: Annotated[int | None, Query(ge=1, description="entries older than this id")] = None,
+                 before: Annotated[int | None, Query(ge=1, le=LOG_ID_MAX, description="entries older than this id")] = None,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> OpLog:
     auth.require(repo)
     return await run_in_threadpool(svc.op_log, repo, before, limit)

@@ -44,6 +44,7 @@ from services.skillrepo.store import (
 )
 from skillos.errors import APIError
 from skillos.protocol.skillrepo import (
+    VERSION_MAX,
     ImportResult,
     IndexStatus,
     OpLog,
@@ -76,9 +77,12 @@ def parse_if_match(value: str | None) -> int | str | None:
     if v == "*":
         return "*"
     v = v.removeprefix("W/").strip('"')
-    if not v.isdigit():
-        raise APIError(400, "invalid_if_match", f"If-Match must be a skill version number (an integer), got {value!r}")
-    return int(v)
+    # ASCII digits only ('²'.isdigit() is true, int('²') raises) and no longer than a version can be
+    digits = v.lstrip("0")
+    if not (v.isascii() and v.isdigit()) or len(digits) > len(str(VERSION_MAX)) or int(digits or 0) > VERSION_MAX:
+        raise APIError(400, "invalid_if_match",
+                       f"If-Match must be a skill version number (an integer up to {VERSION_MAX}), got {value[:40]!r}")
+    return int(digits or 0)
 
 
 # extended headers (GNU long names and link names, pax records): tarfile reads each one whole into memory

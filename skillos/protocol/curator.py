@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # curation defines these and the wire uses them as they are; re-exported for the service and clients
 from skillos.curation import OP_NAMES, OpName, OpVerdict, ParsedCall  # noqa: F401
+from skillos.protocol.executor import SEED_MAX
 from skillos.protocol.skillrepo import OpOrigin
 
 
@@ -65,7 +66,7 @@ class CurateRequest(BaseModel):
                              description="repo to apply the ops to (required when apply is true)")
     apply: bool = True
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="None: the curator's default")
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="LLM sampling seed")
     logprobs: bool = False
     idempotency_key: str | None = Field(None, max_length=200)
     origin: OpOrigin | None = Field(None, description="where the decision comes from (run, task), kept with the "

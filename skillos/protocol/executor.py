@@ -22,6 +22,9 @@ ParseKind = Literal["exact", "fuzzy", "free", "unmatched", "empty"]
 StopReason = Literal["won", "done", "max_turns", "llm_error", "env_error"]
 
 MAX_TEXT = 20_000
+# Sampling seeds are int64 for the OpenAI API and vLLM (which refuses more with a 400 the executor
+# could only pass on as a 502); 2**62 leaves room for the executor's seed + turn.
+SEED_MAX = 2**62
 
 
 class Sampling(BaseModel):
@@ -88,7 +91,8 @@ class EpisodeRequest(BaseModel):
         "uses 3, the default shows the whole episode, which the server's prompt cache makes cheap "
         "(docs/llm-backends.md)"))
     sampling: Sampling = Field(default_factory=Sampling)
-    seed: int | None = Field(None, description="LLM sampling seed (turn i uses seed + i) and env seed")
+    seed: int | None = Field(None, ge=0, le=SEED_MAX,
+                             description="LLM sampling seed (turn i uses seed + i) and env seed")
 
     @model_validator(mode="after")
     def _one_task(self) -> EpisodeRequest:
@@ -158,7 +162,7 @@ class ActRequest(BaseModel):
     retrieval: SearchMode = "bm25"
     history_len: int = Field(30, ge=0, le=500)
     sampling: Sampling = Field(default_factory=Sampling)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="LLM sampling seed")
 
     @model_validator(mode="after")
     def _skills_source(self) -> ActRequest:
@@ -191,7 +195,7 @@ class JudgeRequest(BaseModel):
         "itself saw, shown to the judge. null: not said"))
     max_turns: int | None = Field(None, ge=1, le=1000, description="the turn budget, when ended_by_env is false")
     sampling: Sampling = Field(default_factory=Sampling)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="LLM sampling seed")
 
     @model_validator(mode="after")
     def _something_to_judge(self) -> JudgeRequest:

@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 # Names of repos: like skill names but may contain '.', '_' and '/'-free segments; keep them URL-safe.
 REPO_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$"
 
+# The columns' ranges (PostgreSQL ``integer`` versions, ``bigint`` log ids): a number past them is a
+# 422 at the door, not an overflow in the driver.
+VERSION_MAX = 2**31 - 1
+LOG_ID_MAX = 2**63 - 1
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -101,7 +106,7 @@ class OpOrigin(_Model):
 
 
 class RestoreSkillRequest(_Model):
-    version: int = Field(..., ge=1)
+    version: int = Field(..., ge=1, le=VERSION_MAX)
     origin: OpOrigin | None = None
 
 

@@ -259,6 +259,10 @@ def test_a_run_in_progress_streams_its_tasks_as_they_end(stack):
     assert [(e, d.get("n")) for e, d in resumed if e != "summary"] == [("task", 5), ("status", None)]
     summary = next(d["html"] for e, d in resumed if e == "summary")
     assert '<td class="num">5</td>' in summary   # the live summary table counts every task so far
+    # an id the page could not have sent is ignored (the stream starts at ?after), never a 500
+    for bad in (b"\xb2", b"9" * 5000):
+        replay = _events(c, "/api/runs/20260102-live/events?after=3", want=5, headers={"Last-Event-ID": bad})
+        assert [(e, d.get("n")) for e, d in replay if e != "summary"] == [("task", 4), ("task", 5), ("status", None)]
 
 
 def test_open_skill_repo_needs_no_login(tmp_path):

@@ -89,6 +89,7 @@ def test_curate_without_apply_leaves_repo_untouched(curator, skillrepo):
     ({"trajectory": TRAJ, "self_judged_success": True, "apply": True}, 422, "no repo"),
     ({"trajectory": TRAJ, "self_judged_success": "maybe"}, 422, "self_judged_success"),
     ({"trajectory": TRAJ, "self_judged_success": True, "temperature": 9}, 422, "temperature"),
+    ({"trajectory": TRAJ, "self_judged_success": True, "apply": False, "seed": 2**63}, 422, "seed"),
 ])
 def test_bad_requests_get_clear_4xx(curator, body, status, fragment):
     r = httpx.post(f"{curator}/v1/curate", json=body, timeout=60)

@@ -172,6 +172,9 @@ def test_bad_requests_get_clear_4xx(executor, alfworld):
     assert r.status_code == 404 and "skill repo" in r.json()["error"]["message"]
     r = post(executor, "/v1/episodes", {"env": "alfworld", "split": "valid_seen", "index": 0, "max_turns": 0})
     assert r.status_code == 422 and "max_turns" in r.json()["error"]["message"]
+    for seed in (-1, 2**63):   # past int64 vLLM refuses the seed: a 422 here, not a 502 from the backend
+        r = post(executor, "/v1/episodes", {"env": "alfworld", "split": "valid_seen", "index": 0, "seed": seed})
+        assert r.status_code == 422 and "seed" in r.json()["error"]["message"], seed
     r = post(executor, "/v1/judge", {"task": "t"})
     assert r.status_code == 422 and "turns" in r.json()["error"]["message"]
     with ExecutorClient(executor.url) as client, pytest.raises(ExecutorError) as e:

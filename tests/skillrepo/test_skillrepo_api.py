@@ -237,6 +237,9 @@ def test_bad_input_is_4xx_with_a_reason(client, repo, repo_service):
         ("POST", f"{u}/{repo}/skills", {"json": ["not", "an", "object"]}, 400),
         ("POST", f"{u}/{repo}/skills", {"json": {"name": "ok", "description": "d", "metadata": {"name": "x"}}}, 400),
         ("PUT", f"{u}/{repo}/skills/ok", {"json": {"description": "d"}, "headers": {"If-Match": "abc"}}, 400),
+        # a Latin-1 digit that str.isdigit() accepts and int() does not; a number no version can reach
+        ("PUT", f"{u}/{repo}/skills/ok", {"json": {"description": "d"}, "headers": {"If-Match": b"\xb2"}}, 400),
+        ("DELETE", f"{u}/{repo}/skills/ok", {"headers": {"If-Match": "9" * 5000}}, 400),
         ("POST", f"{u}/{repo}/ops", {"json": {"ops": "nope"}}, 422),
         ("POST", f"{u}/{repo}/ops", {"json": {"ops": [{"name": "skill_delete", "arguments": {"skill_name": "a"}}] * 9}},
          413),
@@ -253,6 +256,10 @@ def test_bad_input_is_4xx_with_a_reason(client, repo, repo_service):
         ("POST", f"{u}/{repo}/fork", {"json": {"name": "x", "snapshot": "missing"}}, 404),
         ("POST", f"{u}/{repo}/snapshots/missing/restore", {}, 404),
         ("POST", f"{u}/{repo}/skills/missing/restore", {"json": {"version": 1}}, 404),
+        # versions are PostgreSQL integers: one past the largest is refused at the door, not overflowed
+        ("POST", f"{u}/{repo}/skills/missing/restore", {"json": {"version": 2**31}}, 422),
+        ("GET", f"{u}/{repo}/skills/missing/versions/{2**31}", {}, 422),
+        ("GET", f"{u}/{repo}/skills/missing/versions/{2**31 - 1}", {}, 404),
     ]
     for method, url, kw, status in cases:
         r = httpx.request(method, url, **kw)
