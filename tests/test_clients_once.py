@@ -59,6 +59,20 @@ def test_both_faces_answer_and_fail_alike():
     sync.close()
 
 
+def test_retry_after_is_read_only_when_it_is_a_plain_number_of_seconds():
+    # '²' is a digit to str.isdigit and 5,000 nines are float('inf'): both were passed on before, and the
+    # executor's int(retry_after) then raised (a 500)
+    for header, seconds in (("2", 2.0), ("0.5", 0.5), ("\xb2", None), ("9" * 5000, None), ("-1", None),
+                            ("nan", None), ("soon", None)):
+        def busy(request: httpx.Request, header=header) -> httpx.Response:
+            return httpx.Response(429, headers={"Retry-After": header.encode("latin-1")},
+                                  json={"error": {"code": "too_many_requests", "message": "busy"}})
+
+        with EnvClient("http://env", transport=httpx.MockTransport(busy)) as c, pytest.raises(EnvError) as err:
+            c.splits()
+        assert (err.value.status, err.value.retry_after) == (429, seconds), header
+
+
 def test_unreachable_is_status_0_on_both_faces():
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)

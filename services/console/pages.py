@@ -9,7 +9,7 @@ import time
 from typing import Annotated
 from urllib.parse import urlparse
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -23,6 +23,7 @@ router = APIRouter(include_in_schema=False)
 LOGIN_CSRF = "skillos_console_login"
 SSE_MAX_S = 3600          # a live stream ends after this; the browser reconnects with Last-Event-ID
 SSE_POLL_S = 0.5
+STEP_MAX = 10**9            # a training step past this cannot exist (its file name is step-{step:06d}.jsonl)
 
 
 async def console(request: Request) -> ConsoleService:
@@ -197,7 +198,8 @@ async def task_page(request: Request, run_id: str, method: str, seed: str, posit
 
 
 @router.get("/runs/{run_id}/steps/{step}")
-async def step_page(request: Request, run_id: str, step: int, svc: Svc, user: User):
+async def step_page(request: Request, run_id: str, step: Annotated[int, Path(ge=0, le=STEP_MAX)], svc: Svc,
+                    user: User):
     return page(request, "step.html", await svc.step_page(user, run_id, step))
 
 

@@ -101,7 +101,8 @@ class SyncConfig(_Strict):
 
 class TrainConfig(_Strict):
     output_dir: Path = Path("runs/train")
-    seed: int = 0
+    # the rollouts' seed is seed * 100_003 + step, which the executor takes up to 2**62
+    seed: int = Field(0, ge=0, le=2**40)
     steps: int = 60                            # Table 4: 60 ALFWorld, 50 WebShop, 100 reasoning
     groups_per_step: int = Field(32, ge=1)     # Table 4 batch size
     rollouts_per_group: int = Field(8, ge=2)   # Table 4 GRPO group size N

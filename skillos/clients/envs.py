@@ -98,9 +98,7 @@ class _EnvCalls(ServiceClient):
         self._routes = _SessionRoutes()
 
     def _raise_for(self, resp: httpx.Response) -> None:
-        retry = resp.headers.get("Retry-After")
-        raise_for_error(resp, EnvError,
-                        retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+        raise_for_error(resp, EnvError, retry_after=_seconds(resp.headers.get("Retry-After")))
 
     async def info(self) -> SplitsResponse:
         """The env's name, splits and data directory."""
@@ -148,3 +146,13 @@ class AsyncEnvClient(_EnvCalls, AsyncHTTPClient):
 
 class EnvClient(_EnvCalls, SyncHTTPClient):
     """The synchronous twin of `AsyncEnvClient` (same methods, same errors)."""
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """Retry-After in seconds, or None when it is not a plain number ('²' is a digit to str.isdigit,
+    and 5,000 nines are a float('inf') that the executor would turn into an OverflowError)."""
+    try:
+        seconds = float(retry_after) if retry_after and retry_after.isascii() else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= 3600 else None

@@ -162,6 +162,7 @@ def test_skill_page_versions_and_diff(stack):
     (f"/runs/{RUN}/files/run.json", 404),
     (f"/runs/{RUN}/files/..%2Frun.json", 404),
     ("/runs/cpu-tiny/steps/99", 404),
+    ("/runs/cpu-tiny/steps/" + "9" * 300, 400),   # a file name past the OS limit was a 500 (ENAMETOOLONG)
     ("/no/such/page", 404),
 ])
 def test_bad_addresses_get_error_pages(stack, path, status):

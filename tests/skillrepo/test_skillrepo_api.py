@@ -256,7 +256,8 @@ def test_bad_input_is_4xx_with_a_reason(client, repo, repo_service):
         ("POST", f"{u}/{repo}/fork", {"json": {"name": "x", "snapshot": "missing"}}, 404),
         ("POST", f"{u}/{repo}/snapshots/missing/restore", {}, 404),
         ("POST", f"{u}/{repo}/skills/missing/restore", {"json": {"version": 1}}, 404),
-        # versions are PostgreSQL integers: one past the largest is refused at the door, not overflowed
+        # versions are PostgreSQL integers: one past the largest is a 422 that says so (not a 404 for a
+        # version that could never exist); the largest is a plain 404
         ("POST", f"{u}/{repo}/skills/missing/restore", {"json": {"version": 2**31}}, 422),
         ("GET", f"{u}/{repo}/skills/missing/versions/{2**31}", {}, 422),
         ("GET", f"{u}/{repo}/skills/missing/versions/{2**31 - 1}", {}, 404),

@@ -98,6 +98,8 @@ def test_agent_config_refuses_what_cannot_run():
         TrainConfig.model_validate({**base, "sync": {"backend": "vllm_full"}})
     with pytest.raises(ValueError, match="'skill1'"):        # memp trains nothing: not an agent method
         TrainConfig.model_validate({**base, "agent": {**base["agent"], "method": "memp"}})
+    with pytest.raises(ValueError, match="seed"):   # the executor refuses a negative rollout seed at step 1
+        TrainConfig.model_validate({**base, "seed": -1})
 
 
 def test_skillrl_bank_names_are_valid_repo_names_and_never_shared(tmp_path):
