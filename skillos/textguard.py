@@ -40,6 +40,17 @@ def bad_char(s: str) -> str | None:
     return None
 
 
+def decimal(text: str, maximum: int) -> int | None:
+    """``text`` as a whole number from 0 to ``maximum``, or None. Only ASCII digits: '²' is a digit to
+    ``str.isdigit`` and ``int('²')`` raises; the length is checked before ``int()``, which refuses
+    strings past 4,300 digits."""
+    digits = text.lstrip("0")
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(maximum)):
+        return None
+    n = int(digits or 0)
+    return n if n <= maximum else None
+
+
 def _where(path: tuple) -> str:
     return ".".join(str(p) for p in path) or "the top level"
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, cpu_seconds, free_port, raw_request, run_service
 from fastapi import Request
 
-from skillos.textguard import MAX_JSON_DEPTH, check_json_body
+from skillos.textguard import MAX_JSON_DEPTH, check_json_body, decimal
 
 # generous: on a loaded machine a plain request can take seconds; what the tests bound is the service's CPU
 http = httpx.Client(timeout=120)
@@ -124,6 +124,13 @@ def deep_json(depth: int) -> bytes:
 def test_check_json_body(body, code):
     problem = check_json_body(body, MAX_JSON_DEPTH)
     assert (problem.code if problem else None) == code, problem
+
+
+@pytest.mark.parametrize("text,number", [
+    ("0", 0), ("007", 7), ("2147483647", 2147483647), ("0" * 20 + "5", 5),
+    ("2147483648", None), ("\xb2", None), ("9" * 5000, None), ("", None), ("-1", None), ("1.0", None)])
+def test_decimal_reads_only_what_fits(text, number):
+    assert decimal(text, 2**31 - 1) == number
 
 
 def test_path_query_and_headers(tiny):

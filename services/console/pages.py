@@ -18,12 +18,13 @@ from services.console.runs import Filters
 from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, Session, session_cookie
 from skillos.protocol.skillrepo import SearchMode
+from skillos.textguard import decimal
 
 router = APIRouter(include_in_schema=False)
 LOGIN_CSRF = "skillos_console_login"
 SSE_MAX_S = 3600          # a live stream ends after this; the browser reconnects with Last-Event-ID
 SSE_POLL_S = 0.5
-STEP_MAX = 10**9            # a training step past this cannot exist (its file name is step-{step:06d}.jsonl)
+ROW_MAX = 10**9   # no run has more steps or tasks: a larger step number or event id is refused or ignored
 
 
 async def console(request: Request) -> ConsoleService:
@@ -198,7 +199,7 @@ async def task_page(request: Request, run_id: str, method: str, seed: str, posit
 
 
 @router.get("/runs/{run_id}/steps/{step}")
-async def step_page(request: Request, run_id: str, step: Annotated[int, Path(ge=0, le=STEP_MAX)], svc: Svc,
+async def step_page(request: Request, run_id: str, step: Annotated[int, Path(ge=0, le=ROW_MAX)], svc: Svc,
                     user: User):
     return page(request, "step.html", await svc.step_page(user, run_id, step))
 
@@ -221,8 +222,9 @@ async def events(request: Request, run_id: str, svc: Svc, user: User,
     """Server-sent events of a run in progress: `task` (or `step`) per new row, `status` at the end."""
     info = await run_in_threadpool(svc.run_info, user, run_id)
     last = request.headers.get("last-event-id", "")
-    # an unreadable id (non-ASCII digits such as '²', or past int's string limit) is ignored, as SSE ignores it
-    seen = int(last) if last.isascii() and last.isdigit() and len(last) < 19 else after
+    seen = decimal(last, ROW_MAX)   # an id the page could not have sent is ignored, as SSE ignores it
+    if seen is None:
+        seen = after
     templates = request.app.state.templates
     row_template = templates.get_template("_step_row.html" if info.kind == "train" else "_task_row.html")
     summary_template = templates.get_template("_live_summary.html")

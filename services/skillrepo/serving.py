@@ -61,6 +61,7 @@ from skillos.protocol.skillrepo import (
     Snapshot,
 )
 from skillos.skills import SkillDoc, SkillFormatError, parse
+from skillos.textguard import decimal
 
 _VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in one call
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
@@ -76,13 +77,11 @@ def parse_if_match(value: str | None) -> int | str | None:
     v = value.strip()
     if v == "*":
         return "*"
-    v = v.removeprefix("W/").strip('"')
-    # ASCII digits only ('²'.isdigit() is true, int('²') raises) and no longer than a version can be
-    digits = v.lstrip("0")
-    if not (v.isascii() and v.isdigit()) or len(digits) > len(str(VERSION_MAX)) or int(digits or 0) > VERSION_MAX:
+    version = decimal(v.removeprefix("W/").strip('"'), VERSION_MAX)
+    if version is None:
         raise APIError(400, "invalid_if_match",
                        f"If-Match must be a skill version number (an integer up to {VERSION_MAX}), got {value[:40]!r}")
-    return int(digits or 0)
+    return version
 
 
 # extended headers (GNU long names and link names, pax records): tarfile reads each one whole into memory
