@@ -114,7 +114,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             baseline: bool = typer.Option(True, "--baseline/--no-baseline",
                                           help="also play the No Memory baseline on the same tasks"),
             limit: int = typer.Option(None, "--limit", help="first N tasks of the split (default: all)"),
-            task_type: str = typer.Option(None, "--task-type", help="only tasks of this type (e.g. clean)"),
+            task_type: str = typer.Option(None, "--task-type", help=(
+                "only tasks of these types, comma-separated (ALFWorld: pick,clean; reasoning: gsm_symbolic,chain_sum)")),
             per_type: int = typer.Option(None, "--per-type", min=1,
                                          help="the first N tasks of each type (a balanced sample)"),
             seeds: int = typer.Option(3, "--seeds", min=1),

@@ -37,7 +37,7 @@ class RunOptions:
     split: str | None  # None: the env's usual evaluation split (see default_split)
     methods: list[str]  # names of `harness.methods.METHODS`, played on the same tasks
     limit: int | None = None
-    task_type: str | None = None  # only tasks of this type (ALFWorld: pick, clean, heat, cool, look, pick2)
+    task_type: str | None = None  # only tasks of these types, comma-separated (pick,clean; gsm_symbolic,chain_sum)
     per_type: int | None = None   # the first N tasks of each type (a balanced sample), before limit
     seeds: int = 1
     order: str = "grouped"
@@ -108,11 +108,14 @@ async def select_tasks(env_client: AsyncEnvClient, split: str, limit: int | None
     if not infos:
         raise ValueError(f"split {split!r} has no tasks")
     specs = [TaskSpec(id=t.id, type=t.type, instruction=t.instruction) for t in infos]
-    if task_type:
+    if task_type:  # one type or several, comma-separated: "pick,clean", "gsm_symbolic,chain_sum"
         types = sorted({t.type for t in specs})
-        specs = [t for t in specs if t.type == task_type]
-        if not specs:
-            raise ValueError(f"split {split!r} has no tasks of type {task_type!r}; types: {', '.join(types)}")
+        wanted = [task_type] if task_type in types else [w.strip() for w in task_type.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in types] or ([] if wanted else [task_type])
+        if unknown:
+            raise ValueError(f"split {split!r} has no tasks of type {', '.join(map(repr, unknown))}; "
+                             f"types: {', '.join(types)}")
+        specs = [t for t in specs if t.type in wanted]
     if per_type:
         seen: dict[str, int] = {}
         kept = []

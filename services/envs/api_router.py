@@ -46,7 +46,9 @@ def build_router(manager: SessionManager) -> APIRouter:
 
     @router.get("/tasks", summary="Tasks of a split (all splits when none is given)")
     async def tasks(split: str | None = Query(None, max_length=128),
-                    type: str | None = Query(None, max_length=64)) -> TasksResponse:
+                    type: str | None = Query(None, max_length=512, description=(
+                        "only tasks of this type, or of these types (comma-separated); a type the split "
+                        "does not have is a 404 that lists the types"))) -> TasksResponse:
         found = manager.tasks(split, type)
         return TasksResponse(env=env, split=split, count=len(found),
                              tasks=found)

@@ -31,18 +31,25 @@ def build_environment(name: str, data_dir: Path | None, settings):
 
         return WebShopEnvironment(Path(data_dir or settings.webshop_data))
     if name == "reasoning":
-        from services.envs.reasoning.environment import ReasoningEnvironment
+        from services.envs.reasoning.environment import build_reasoning_environment
 
-        return ReasoningEnvironment(data_dir or settings.reasoning_data)
+        return build_reasoning_environment(settings.reasoning_source, data_dir or settings.reasoning_data,
+                                           families=settings.reasoning_families,
+                                           tasks_per_split=settings.reasoning_tasks_per_split)
     raise ValueError(f"unknown environment {name!r}")
 
 
-def _serve(name: str, host: str, port: int, data_dir: Path | None) -> None:
+def _serve(name: str, host: str, port: int, data_dir: Path | None, **overrides) -> None:
+    from pydantic import ValidationError
+
     from services.envs.app import build_app
     from services.envs.settings import EnvServerSettings
     from skillos.service import serve
 
-    settings = EnvServerSettings()
+    try:  # the command's options over the environment's settings, validated as the settings are
+        settings = EnvServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        fail(f"invalid settings: {e}")
     init_logging(settings)
     settings.env_advertise_url = settings.env_advertise_url.replace("{port}", str(port))
     try:
@@ -68,9 +75,17 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
 
     @serve_app.command("reasoning")
     def serve_reasoning(host: str = HostOption, port: int = typer.Option(8012, "--port"),
-                        data_dir: Path | None = DataDirOption) -> None:
-        """Single-turn reasoning tasks from <split>.jsonl files over the env protocol."""
-        _serve("reasoning", host, port, data_dir)
+                        data_dir: Path | None = DataDirOption,
+                        source: str = typer.Option(None, "--source", help=(
+                            "auto | reasoning-gym | jsonl (default: SKILLOS_REASONING_SOURCE, auto: reasoning-gym's "
+                            "families and the demo set, or the JSONL files of --data-dir alone)")),
+                        families: str = typer.Option(None, "--families", help=(
+                            "reasoning-gym families, comma-separated (default: SKILLOS_REASONING_FAMILIES)")),
+                        tasks_per_split: int = typer.Option(None, "--tasks-per-split", min=1, help=(
+                            "tasks listed per family and split (default: SKILLOS_REASONING_TASKS_PER_SPLIT)"))) -> None:
+        """Single-turn reasoning tasks (reasoning-gym's generators, <split>.jsonl files) over the env protocol."""
+        _serve("reasoning", host, port, data_dir, reasoning_source=source, reasoning_families=families,
+               reasoning_tasks_per_split=tasks_per_split)
 
     data_app = typer.Typer(no_args_is_help=True, help="Download and check the environments' data sets.")
     app.add_typer(data_app, name="data")

@@ -131,19 +131,32 @@ class SessionManager:
 
     # ---- tasks -----------------------------------------------------------------------------
     def tasks(self, split: str | None, type_: str | None = None) -> list[TaskInfo]:
+        """The tasks of a split (every split when None), of one type or of several (comma-separated); a
+        type no task of those splits has is a 404 that lists the types there are."""
         splits = self.env.splits()
         if split is not None and split not in splits:
             raise APIError(404, "unknown_split", f"unknown split {split!r}; this server has {splits}")
         out = [t for s in ([split] if split else splits) for t in self.env.tasks(s)]
-        return [t for t in out if type_ is None or t.type == type_]
+        if type_ is None:
+            return out
+        types = list(dict.fromkeys(t.type for t in out))
+        wanted = [type_] if type_ in types else [w.strip() for w in type_.split(",") if w.strip()]
+        if unknown := [w for w in wanted if w not in types] or (not wanted and [type_]):
+            where = f"split {split!r}" if split else "any split"
+            raise APIError(404, "unknown_type", f"no task of type {', '.join(map(repr, unknown))} in {where}; "
+                                                f"the types are: {', '.join(sorted(types))}",
+                           details={"unknown": unknown, "types": sorted(types)})
+        return [t for t in out if t.type in wanted]
 
     def resolve_task(self, task_id: str | None, split: str | None, index: int | None) -> TaskInfo:
         if task_id is not None:
             try:
                 return self.env.task(task_id)
-            except KeyError:
-                raise APIError(404, "unknown_task", f"unknown task_id {task_id!r}; list the ids with "
-                                                    "GET /v1/tasks?split=<split>") from None
+            except KeyError as e:
+                # an environment may say why (a family it does not serve); a bare KeyError(id) says nothing more
+                reason = e.args[0] if e.args and isinstance(e.args[0], str) and e.args[0] != task_id else None
+                raise APIError(404, "unknown_task", f"unknown task_id {task_id!r}{': ' + reason if reason else ''}; "
+                                                    "list the ids with GET /v1/tasks?split=<split>") from None
         tasks = self.tasks(split)
         if index >= len(tasks):
             raise APIError(404, "unknown_task", f"index {index} is out of range: split {split!r} has "

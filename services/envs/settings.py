@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from skillos.settings import EnvDataSettings
 
 
@@ -38,3 +40,13 @@ class EnvServerSettings(EnvDataSettings):
     alfworld_games_per_worker: int = 50
     # ALFWorld: memoize TextWorld's grammar parsing in the workers (same text, ~3x faster steps)
     alfworld_parse_cache: bool = True
+    # reasoning: where the tasks come from (services/envs/README.md, "Reasoning tasks"): auto =
+    # reasoning-gym's families and the demo set beside them (only the JSONL files of SKILLOS_REASONING_DATA
+    # when it is set; the demo set alone without the reasoning-gym package), reasoning-gym = the
+    # families only, jsonl = the JSONL files only (SKILLOS_REASONING_DATA, else the demo set)
+    reasoning_source: Literal["auto", "reasoning-gym", "jsonl"] = "auto"
+    # reasoning: the reasoning-gym families served (comma-separated), each a task type; an unknown one
+    # stops the server with the list of the known ones
+    reasoning_families: str = "gsm_symbolic,chain_sum,letter_counting,base_conversion"
+    # reasoning: tasks listed per family and split (GET /v1/tasks); any index below 10^8 opens by id
+    reasoning_tasks_per_split: int = 200

@@ -57,6 +57,10 @@ def test_splits_and_tasks_come_from_the_data_dir(client):
     assert t.id.startswith("valid_seen/look_at_obj_in_light-") and t.type == "look" and t.split == "valid_seen"
     assert t.instruction == "look at alarmclock under the desklamp."
     assert [x.id for x in client.tasks("valid_seen", type="heat")] == [x.id for x in seen if x.type == "heat"]
+    assert {x.type for x in client.tasks("valid_seen", type="pick,clean")} == {"pick", "clean"}
+    with pytest.raises(EnvError) as e:
+        client.tasks("valid_seen", type="pick,boil")
+    assert e.value.status == 404 and e.value.code == "unknown_type" and "'boil'" in e.value.message
     with pytest.raises(EnvError) as e:
         client.tasks("train")
     assert e.value.status == 404 and "valid_seen" in e.value.message

@@ -1,9 +1,11 @@
-"""The reasoning server over HTTP, and the generic session server (TTL, limits, metrics) on it."""
+"""The reasoning server over HTTP (JSONL files, the demo set, reasoning-gym's families), and the generic
+session server (TTL, limits, metrics) on it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +14,15 @@ import httpx
 import pytest
 from conftest import ROOT, run_service
 
+from services.envs.reasoning.gym import (
+    CHUNK,
+    DEFAULT_FAMILIES,
+    MAX_INDEX,
+    SPLITS,
+    GymGame,
+    ReasoningGym,
+    task_seed,
+)
 from skillos.clients.envs import AsyncEnvClient, EnvClient, EnvError
 
 
@@ -36,7 +47,8 @@ def answer(client: EnvClient, task_id: str, text: str):
 
 
 def test_demonstration_set_is_served(client):
-    assert client.splits() == ["demo_choice", "demo_math"]
+    # the default source: reasoning-gym's families, and the demo set beside them
+    assert client.splits() == ["train", "valid", "test", "demo_choice", "demo_math"]
     math = client.tasks("demo_math")
     assert len(math) == 12 and math[0].id == "demo-math-001" and math[0].split == "demo_math"
     s = client.create_session(split="demo_choice", index=1)
@@ -145,3 +157,141 @@ def test_client_reports_unreachable_server():
     with EnvClient("http://127.0.0.1:9", timeout=2) as c, pytest.raises(EnvError) as e:
         c.splits()
     assert e.value.status == 0 and e.value.code == "unreachable"
+
+
+# ---- reasoning-gym: generated families, scored by their own scorers ----------------------------------
+
+@pytest.fixture(scope="module")
+def gym():
+    return ReasoningGym(DEFAULT_FAMILIES, tasks_per_split=50)
+
+
+def test_gym_splits_are_disjoint_seed_ranges(gym):
+    ids = {s: {t.id for t in gym.tasks(s)} for s in SPLITS}
+    assert all(len(v) == 50 * len(DEFAULT_FAMILIES) for v in ids.values())
+    assert not (ids["train"] & ids["valid"] or ids["train"] & ids["test"] or ids["valid"] & ids["test"])
+    for family in DEFAULT_FAMILIES:
+        # every seed a split can ever use (any index, and the chunk datasets' seeds) lies in its own range
+        lows = {s: task_seed(family, s, 0) for s in SPLITS}
+        highs = {s: task_seed(family, s, MAX_INDEX - 1) for s in SPLITS}
+        assert highs["train"] < lows["valid"] and highs["valid"] < lows["test"] and highs["test"] < 2**32
+        listed = {s: {gym.problem(t.id).seed for t in gym.tasks(s) if t.type == family} for s in SPLITS}
+        assert not (listed["train"] & listed["valid"] or listed["train"] & listed["test"]
+                    or listed["valid"] & listed["test"])
+    assert [t.type for t in gym.tasks("valid")][::50] == list(DEFAULT_FAMILIES)
+    t = gym.tasks("valid")[17]
+    assert (t.id, t.type, t.split) == ("rg/gsm_symbolic/valid/17", "gsm_symbolic", "valid")
+
+
+def test_gym_tasks_are_deterministic_for_any_index(gym):
+    other = ReasoningGym(["chain_sum", "base_conversion"], tasks_per_split=3)   # another process, fewer listed
+    for tid in ("rg/chain_sum/test/2", "rg/base_conversion/train/40", f"rg/chain_sum/valid/{CHUNK + 7}",
+                f"rg/base_conversion/test/{MAX_INDEX - 1}"):
+        a, b = gym.problem(tid), other.problem(tid)
+        assert a.task == b.task and a.entry["answer"] == b.entry["answer"] and a.seed == b.seed
+    assert gym.problem("rg/chain_sum/train/5").task.instruction != gym.problem("rg/chain_sum/test/5").task.instruction
+    for bad in ("rg/chain_sum/train/-1", "rg/chain_sum/train/007", f"rg/chain_sum/train/{MAX_INDEX}",
+                "rg/chain_sum/dev/1", "rg/nope/train/1", "rg/gcd/train/1",   # gcd exists, but is not served
+                "chain_sum/train/1", "rg/chain_sum/train/1/"):
+        with pytest.raises(KeyError):
+            gym.problem(bad)
+
+
+def test_gym_scores_with_the_family_scorer(gym):
+    def play(tid: str, action: str):
+        game = GymGame(gym.problem(tid))
+        assert game.start().observation == game.task.instruction
+        return game.step(action)
+
+    for family in DEFAULT_FAMILIES:
+        p = gym.problem(f"rg/{family}/test/3")
+        right = play(p.task.id, f"<think>easy</think><answer>{p.entry['answer']}</answer>")
+        assert (right.reward, right.won, right.done, right.observation) == (1.0, True, True, "Correct.")
+        assert right.info["graded_by"] == f"reasoning_gym:{family}" and right.info["correct"] is True
+        wrong = play(p.task.id, "no idea")
+        assert wrong.reward < 1.0 and not wrong.won and wrong.info["correct"] is False
+    # partial credit where the family has it: chain_sum keeps a share for the right number inside words,
+    # gsm_symbolic gives 0.01 for a number that is wrong
+    p = gym.problem("rg/chain_sum/test/3")
+    partial = play(p.task.id, f"it is {p.entry['answer']}")
+    assert 0.0 < partial.reward < 1.0 and not partial.won and partial.observation.startswith("Partly correct")
+    p = gym.problem("rg/gsm_symbolic/test/3")
+    assert play(p.task.id, str(int(float(p.entry["answer"])) + 1)).reward == 0.01
+    # a boxed answer is unwrapped (the scorers compare the bare answer); only a box around all of it
+    p = gym.problem("rg/letter_counting/test/3")
+    assert play(p.task.id, f"<answer>$\\boxed{{{p.entry['answer']}}}$</answer>").won
+    assert not play(p.task.id, f"\\boxed{{{p.entry['answer']}}} or \\boxed{{99}}").won
+    # base_conversion's answer format is said in the task
+    assert "no prefix such as 0x" in gym.problem("rg/base_conversion/test/3").task.instruction
+
+
+def test_unknown_family_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError) as e:
+        ReasoningGym(["chain_sum", "no_such_family"])
+    assert "'no_such_family'" in str(e.value) and "gsm_symbolic" in str(e.value) and "letter_counting" in str(e.value)
+    out = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "reasoning", "--source", "reasoning-gym",
+                          "--families", "chain_sum,no_such_family"],
+                         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "no_such_family" in out.stderr and "base_conversion" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "reasoning"], check=False, cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "SKILLOS_REASONING_SOURCE": "gym"})
+    assert out.returncode != 0 and "reasoning-gym" in out.stderr and "jsonl" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def rg_server(tmp_path_factory):
+    args = ["reasoning", "--source", "reasoning-gym", "--families", "chain_sum,letter_counting,gsm_symbolic",
+            "--tasks-per-split", "6"]
+    with run_service(args, tmp_path=tmp_path_factory.mktemp("rg")) as svc:
+        yield svc
+
+
+def test_gym_over_http(rg_server):
+    with EnvClient(rg_server.url) as c:
+        assert c.splits() == ["train", "valid", "test"]
+        test = c.tasks("test")
+        assert len(test) == 18 and {t.type for t in test} == {"chain_sum", "letter_counting", "gsm_symbolic"}
+        assert [t.id for t in c.tasks("test", type="chain_sum")] == [f"rg/chain_sum/test/{i}" for i in range(6)]
+        both = c.tasks("test", type="chain_sum,gsm_symbolic")
+        assert len(both) == 12 and {t.type for t in both} == {"chain_sum", "gsm_symbolic"}
+        # a session: the executor submits what it put inside <answer></answer>
+        gym = ReasoningGym(["chain_sum"], tasks_per_split=1)
+        gold = gym.problem("rg/chain_sum/test/4").entry["answer"]
+        s = c.create_session(task_id="rg/chain_sum/test/4")
+        assert s.task.type == "chain_sum" and s.observation == s.task.instruction
+        r = c.step(s.session_id, gold)
+        assert r.done and r.won and r.reward == 1.0
+        c.close_session(s.session_id)
+        r = answer(c, "rg/chain_sum/test/4", str(int(gold) + 1))
+        assert r.done and not r.won and r.reward == 0.0
+        s = c.create_session(split="valid", index=6)   # the 7th listed task: letter_counting's first
+        assert s.task.id == "rg/letter_counting/valid/0"
+        c.close_session(s.session_id)
+        assert answer(c, "rg/chain_sum/train/123456", "0").done   # past the listed ones: still a task
+        served = "family 'gcd' is not served here; the families are: chain_sum, letter_counting, gsm_symbolic"
+        for bad, why in (("rg/gcd/test/1", served), ("rg/chain_sum/test/x", "not a reasoning-gym task id"),
+                         ("demo-math-001", "")):
+            with pytest.raises(EnvError) as e:
+                c.create_session(task_id=bad)
+            assert e.value.status == 404 and e.value.code == "unknown_task" and why in e.value.message
+    r = httpx.get(f"{rg_server.url}/v1/tasks", params={"split": "test", "type": "chain_sum,no_such_family"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_type"
+    msg = r.json()["error"]["message"]
+    assert "'no_such_family'" in msg and "chain_sum, gsm_symbolic, letter_counting" in msg
+    assert r.json()["error"]["details"]["types"] == ["chain_sum", "gsm_symbolic", "letter_counting"]
+
+
+def test_task_type_takes_a_comma_separated_list(rg_server):
+    from harness.runner import select_tasks
+
+    async def pick(task_type, split="test"):
+        async with AsyncEnvClient(rg_server.url) as c:
+            return await select_tasks(c, split, None, task_type)
+
+    assert {t.type for t in asyncio.run(pick("gsm_symbolic,chain_sum"))} == {"gsm_symbolic", "chain_sum"}
+    assert len(asyncio.run(pick(" chain_sum , gsm_symbolic ,"))) == 12
+    assert {t.type for t in asyncio.run(pick("letter_counting"))} == {"letter_counting"}   # one, as before
+    with pytest.raises(ValueError) as e:
+        asyncio.run(pick("chain_sum,base_conversion"))
+    assert "'base_conversion'" in str(e.value) and "chain_sum, gsm_symbolic, letter_counting" in str(e.value)
