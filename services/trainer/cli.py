@@ -147,15 +147,44 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         size_max: int = typer.Option(12),
         seed: int = typer.Option(0),
         out: Path = typer.Option(Path("groups.jsonl")),
+        by: str = typer.Option(None, "--by", help=(
+            "family: random groups of Random(size-min, size-max) tasks of one reasoning-gym family (no "
+            "annotation); attributes: Stage 2 over the annotations; default: family when every task is a "
+            "reasoning-gym one (id rg/...), else attributes")),
     ) -> None:
-        """Stage 2: soft-Jaccard groups with the dependency gate and curriculum (Table 5)."""
-        from services.trainer.grouping.annotate import AnnotationCache, cache_key
+        """Groups of related reasoning tasks: same reasoning-gym family, or Stage 2 (soft-Jaccard groups with
+        the dependency gate and curriculum, Table 5) over the annotations."""
         from services.trainer.grouping.io import group_statistics, write_groups, write_report
+
+        if by not in (None, "family", "attributes"):
+            fail(f"unknown --by {by!r}: use family or attributes")
+        rows = _read_tasks_jsonl(tasks_file) if tasks_file else _env_tasks("reasoning", split, env_url)
+        if by is None:
+            by = "family" if all(str(r["id"]).startswith("rg/") for r in rows) else "attributes"
+        if by == "family":
+            from types import SimpleNamespace
+
+            from services.trainer.grouping.families import group_by_family
+
+            if split is None and any(r.get("split") == "train" for r in rows):
+                rows = [r for r in rows if r.get("split") == "train"]   # never train on valid/test tasks
+            try:
+                groups, extra = group_by_family([SimpleNamespace(**r) for r in rows], "reasoning", size_min,
+                                                size_max, num_groups, seed)
+            except ValueError as e:
+                fail(str(e))
+            extra["split"] = split or ("train" if any(r.get("split") == "train" for r in rows) else None)
+            stats = group_statistics(groups, extra)
+            write_report(out.with_name(out.stem + ".report"), stats)
+            write_groups(out, groups)
+            print_json({k: v for k, v in stats.items() if k != "params"})
+            return
+
+        from services.trainer.grouping.annotate import AnnotationCache, cache_key
         from services.trainer.grouping.reasoning import GroupBuilder, GroupingParams, Item
         from services.trainer.grouping.similarity import PhraseEncoder
         from skillos.llm import LLMSettings
 
-        rows = _read_tasks_jsonl(tasks_file) if tasks_file else _env_tasks("reasoning", split, env_url)
         store = AnnotationCache(annotations)
         model = LLMSettings.for_role("judge").model
         items, missing = [], 0

@@ -26,7 +26,7 @@ class DataConfig(_Strict):
     # JSONL written by `skillos group` (one group per line); empty: group the env's tasks on the fly
     groups_file: Path | None = None
     split: str = "valid_train"                 # the env split whose tasks are grouped on the fly
-    group_size: int = Field(10, ge=2)          # Table 4: 10 for ALFWorld/WebShop
+    group_size: int = Field(10, ge=2)          # Table 4: 10 for ALFWorld/WebShop (reasoning: Random(5, 12))
     distribution: Literal["natural", "uniform"] = "natural"
     num_groups: int | None = None              # cap on groups built on the fly (None: all tasks used)
 

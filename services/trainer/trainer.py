@@ -177,6 +177,10 @@ def load_groups(cfg: TrainConfig, settings) -> list:
     url = settings.env_url(cfg.data.env)
     with EnvClient(url, token=settings.api_token or None) as env:
         tasks = env.tasks(split=cfg.data.split)
+    if cfg.data.env == "reasoning":   # Table 4: Random(5, 12) tasks of one family (reasoning-gym's, the type)
+        from services.trainer.grouping.families import group_by_family
+
+        return group_by_family(tasks, "reasoning", 5, 12, cfg.data.num_groups, seed=cfg.seed)[0]
     groups, _ = group_by_type(tasks, cfg.data.env, cfg.data.group_size, cfg.data.distribution,
                               cfg.data.num_groups, seed=cfg.seed)
     return groups

@@ -1,12 +1,18 @@
-"""Task grouping: agentic by type, soft-Jaccard on real MiniLM embeddings, the Stage 2 gate."""
+"""Task grouping: agentic by type, reasoning-gym tasks by family, soft-Jaccard on real MiniLM embeddings,
+the Stage 2 gate."""
 
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
+from conftest import ROOT, run_service
 
+from services.envs.reasoning.gym import ReasoningGym
 from services.trainer.grouping.agentic import group_by_type
 from services.trainer.grouping.annotate import Annotation, AnnotationCache, cache_key, parse_annotation
+from services.trainer.grouping.families import group_by_family
 from services.trainer.grouping.io import group_statistics, read_groups, write_groups
 from services.trainer.grouping.reasoning import GroupBuilder, GroupingParams, Item
 from services.trainer.grouping.similarity import PhraseEncoder, matched_pairs, soft_jaccard
@@ -52,6 +58,48 @@ def test_bad_grouping_input_is_refused_with_a_reason(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "tasks": [{"id": "only-one"}]}) + "\n")
     with pytest.raises(ValueError, match="at least 2 tasks"):
         read_groups(tmp_path / "bad.jsonl")
+
+
+def test_reasoning_groups_by_family_have_random_sizes_5_to_12():
+    gym = ReasoningGym(["chain_sum", "gsm_symbolic", "letter_counting"], tasks_per_split=60)
+    tasks = gym.tasks("train") + _tasks({"tiny": 3})
+    groups, extra = group_by_family(tasks, size_min=5, size_max=12, seed=3)
+    assert extra["families_skipped_too_few_tasks"] == {"tiny": 3}
+    sizes = [len(g.tasks) for g in groups]
+    assert all(5 <= n <= 12 for n in sizes) and len(set(sizes)) > 3          # drawn per group, not fixed
+    for g in groups:
+        assert {t.type for t in g.tasks} == {g.meta["type"]} and g.env == "reasoning"
+    ids = [t.id for g in groups for t in g.tasks]
+    assert len(ids) == len(set(ids)) and len(ids) + extra["tasks_left_out"] == 180
+    assert [g.meta["type"] for g in groups[:3]] == ["chain_sum", "gsm_symbolic", "letter_counting"]   # interleaved
+    again, _ = group_by_family(tasks, size_min=5, size_max=12, seed=3)
+    assert [[t.id for t in g.tasks] for g in again] == [[t.id for t in g.tasks] for g in groups]
+    capped, extra = group_by_family(tasks, num_groups=4, seed=3)
+    assert len(capped) == 4 and extra["groups_available"] == len(groups)
+    with pytest.raises(ValueError, match="at least 5 tasks"):
+        group_by_family(_tasks({"a": 4}))
+
+
+def test_group_reasoning_cli_groups_reasoning_gym_tasks_by_family(tmp_path):
+    args = ["reasoning", "--source", "reasoning-gym", "--families", "chain_sum,base_conversion", "--tasks-per-split",
+            "30"]
+    with run_service(args, tmp_path=tmp_path) as svc:
+        out = subprocess.run([sys.executable, "-m", "skillos.cli", "group", "reasoning", "--env-url", svc.url,
+                              "--num-groups", "6", "--out", str(tmp_path / "g.jsonl")],
+                             check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    groups = read_groups(tmp_path / "g.jsonl")
+    assert len(groups) == 6 and {g.meta["type"] for g in groups} == {"chain_sum", "base_conversion"}
+    assert all(5 <= len(g.tasks) <= 12 and t.id.split("/")[2] == "train" for g in groups for t in g.tasks)
+    assert json.loads(out.stdout)["grouping"] == "family"
+    # the trainer's groups on the fly (no groups_file) follow the same rule for the reasoning env
+    from services.trainer.config import TrainConfig
+    from services.trainer.trainer import load_groups
+
+    cfg = TrainConfig.model_validate({"data": {"env": "reasoning", "split": "train", "num_groups": 5}})
+    with run_service(args, tmp_path=tmp_path) as svc:
+        fly = load_groups(cfg, SimpleNamespace(env_url=lambda env: svc.url, api_token=""))
+    assert len(fly) == 5 and all(5 <= len(g.tasks) <= 12 and len({t.type for t in g.tasks}) == 1 for g in fly)
 
 
 @pytest.fixture(scope="module")
