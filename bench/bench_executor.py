@@ -152,8 +152,8 @@ def bench_llm(args) -> None:
 # ---------------------------------------------------------------- executor
 def _inprocess_overhead(n: int = 300) -> float:
     """Baseline: prompt building + parsing alone, in-process (no HTTP, no pydantic wire models)."""
-    from services.executor.actions import parse_action
-    from services.executor.prompts import agent_messages
+    from skillos.acting.parse import parse_action
+    from skillos.acting.prompt import agent_messages
     from skillos.protocol.executor import RetrievedSkill
 
     skills = [RetrievedSkill(name=f"skill-{i}", description="d" * 100, body="b " * 300) for i in range(5)]

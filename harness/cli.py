@@ -128,6 +128,9 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             max_turns: int = typer.Option(30, "--max-turns", min=1),
             history_len: int = typer.Option(30, "--history-len", min=0,
                                              help="past steps shown in full (paper: 3; older ones as actions)"),
+            acting: list[str] = typer.Option([], "--acting", help=(
+                "how the executor decides, KEY=VALUE, repeatable: state_line, hold_back (true|false), demos "
+                "(generic|expert), demos_per_type (0-3); unset ones keep the executor's settings")),
             oracle_judge: bool = typer.Option(False, "--oracle-judge",
                                               help="give the curator the env's verdict instead of the self-judge"),
             start: bool = typer.Option(True, "--start/--no-start",
@@ -148,6 +151,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from harness.methods import METHODS, MethodConfigError, method_params
         from harness.runner import RunOptions, run_job
         from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
+        from skillos.acting.options import from_pairs
         from skillos.cli.common import fail
         from skillos.protocol.skillrepo import SEARCH_MODES
         from skillos.settings import StackSettings
@@ -168,6 +172,10 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             fail(f"unknown order {order!r}: use grouped or shuffled")
         if retrieval not in SEARCH_MODES:
             fail(f"unknown retrieval {retrieval!r}: use {', '.join(SEARCH_MODES)}")
+        try:
+            acting_options = from_pairs(acting)
+        except ValueError as e:
+            fail(str(e))
         settings = StackSettings()
         urls = {"skillrepo": skillrepo_url or settings.skillrepo_url,
                 "executor": executor_url or settings.executor_url,
@@ -228,6 +236,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                           order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns, history_len=history_len,
                           out=out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), self_judge=not oracle_judge,
                           urls=urls, token=settings.api_token or None, params=params, from_repo=from_repo,
+                          acting=acting_options,
                           llms=state.role_llms if state and state.url("executor") == urls["executor"] else {})
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console)

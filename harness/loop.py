@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from skillos.acting.options import ActingOptions
 from skillos.protocol.curator import CurateRequest, CurateResponse, RetrievedSkill, Trajectory, TrajectoryTurn
 from skillos.protocol.executor import (
     EpisodeRequest,
@@ -77,6 +78,7 @@ class StreamConfig:
     self_judge: bool = True  # False: give the curator the environment's verdict instead (oracle ablation)
     run_id: str | None = None  # kept with the curator's ops in the repo's op log (their origin)
     params: dict[str, Any] = field(default_factory=dict)  # the method's own parameters (validated by it)
+    acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
 
 
 @dataclass
@@ -212,7 +214,7 @@ async def play_episode(executor: ExecutorLike, spec: TaskSpec, config: StreamCon
     top = len(skills) if skills else (config.k if k is None else k) if repo else 0
     request = EpisodeRequest(env=config.env, task_id=spec.id, repo=repo, skills=skills, k=top, retrieval=config.retrieval,
                              max_turns=config.max_turns, history_len=config.history_len,
-                             seed=config.seed if seed is None else seed)
+                             seed=config.seed if seed is None else seed, acting=config.acting)
     if record is None:
         return await executor.episode(request)
     start = time.perf_counter()
@@ -248,13 +250,24 @@ async def verdict(executor: ExecutorLike, episode: EpisodeResponse, spec: TaskSp
 async def curate(position: int, spec: TaskSpec, episode: EpisodeResponse, judged: bool, config: StreamConfig,
                  curator: CuratorLike, record: TaskRecord) -> None:
     """SkillOS's learning step: the curator reads the trajectory and edits the repo (ops applied there)."""
+    await curate_trajectory(position, spec, trajectory_of(episode, spec), judged, episode.skills, config, curator,
+                            record)
+
+
+async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajectory, judged: bool,
+                            skills: list[Any], config: StreamConfig, curator: CuratorLike,
+                            record: TaskRecord) -> CurateResponse | None:
+    """`curate` for any trajectory (an expert's too); ``skills``: those the agent was given, each with
+    ``name``, ``description``, ``body`` and ``version`` (the executor's `RetrievedSkill`, a repo `Skill`).
+    Returns the curator's answer (None when the call failed: the record says why)."""
     start = time.perf_counter()
+    response = None
     try:
         response = await curator.curate(CurateRequest(
-            trajectory=trajectory_of(episode, spec), self_judged_success=judged,
+            trajectory=trajectory, self_judged_success=judged,
             # the curator's `content` is the executor's `body`: the SKILL.md body, no frontmatter
             retrieved_skills=[RetrievedSkill(name=s.name, description=s.description, content=s.body,
-                                             version=s.version) for s in episode.skills],
+                                             version=s.version) for s in skills],
             repo=config.repo, apply=True, temperature=config.curator_temperature, seed=config.seed,
             idempotency_key=f"{config.repo}:{position}:{spec.id}",
             origin=OpOrigin(source="run", run=config.run_id, seed=config.seed, position=position,
@@ -271,6 +284,7 @@ async def curate(position: int, spec: TaskSpec, episode: EpisodeResponse, judged
                                valid=c.valid,
                                applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
     record.curate_s = time.perf_counter() - start
+    return response
 
 
 async def run_stream(tasks: list[TaskSpec], config: StreamConfig, *, executor: ExecutorLike,

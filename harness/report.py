@@ -53,6 +53,7 @@ def run_metrics(run: StreamRun) -> dict[str, Any]:
     ops = [o for r in recs for o in r.ops]
     return {
         "tasks": len(recs),
+        "won": sum(1 for r in recs if r.success),
         "sr": _mean([float(r.success) for r in recs]),
         "sr_per_type": sr_type,
         "sr_macro": _mean(list(sr_type.values())),
@@ -95,6 +96,8 @@ def summarize(runs: list[StreamRun], config: dict[str, Any]) -> dict[str, Any]:
             op_mix.update(s["op_mix"])
         agg["op_mix"] = dict(sorted(op_mix.items()))
         agg["episode_errors"] = sum(s["episode_errors"] for s in seeds)
+        agg["won"] = sum(s.get("won", 0) for s in seeds)
+        agg["played"] = sum(s["tasks"] for s in seeds)
         agg["curator_errors"] = sum(s["curator_errors"] for s in seeds)
         methods[method] = {"aggregate": agg, "seeds": seeds}
     return {"config": config, "methods": methods}
@@ -122,6 +125,23 @@ def describe_model(info: dict[str, Any]) -> str:
     return f"`{name}`" + (f" ({', '.join(bits)})" if bits else " (size unknown)")
 
 
+def in_short(methods: dict[str, Any]) -> str:
+    """The comparison in one honest sentence: games won of games played per method, and what N allows."""
+    parts, most = [], 0
+    for name, m in methods.items():
+        agg = m["aggregate"]
+        if not agg.get("played"):
+            continue
+        most = max(most, agg["played"])
+        title = "No Memory" if name == "none" else (METHODS[name].title if name in METHODS else name)
+        parts.append(f"{title} won {agg.get('won', 0)} of {agg['played']}")
+    if not parts:
+        return ""
+    verdict = ("a smoke test: far too few episodes to tell methods apart (bench/RESULTS-learning.md has the "
+               "paired comparisons)" if most < 30 else "paired statistics: `python -m bench.bench_learning analyze`")
+    return f"In short: {'; '.join(parts)}, on the same tasks and seeds; {verdict}."
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
     models = cfg.get("models") or {}
@@ -129,9 +149,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     if models:
         lines += ["Models: " + "; ".join(f"{role} {describe_model(info)}" for role, info in models.items()) + ".",
                   ""]
+    methods = summary["methods"]
+    lines += [in_short(methods), ""]
     lines += [(f"{cfg.get('tasks')} tasks × {cfg.get('seeds')} seed(s), order {cfg.get('order')}, "
                f"max turns {cfg.get('max_turns')}, k = {cfg.get('k')}."), ""]
-    methods = summary["methods"]
     types = sorted({t for m in methods.values() for t in m["aggregate"]["sr_per_type"]})
     lines += ["## Success rate (%)", "",
               "| method | " + " | ".join(types) + " | macro avg | overall | steps |",

@@ -21,6 +21,7 @@ from harness.report import (
     write_summary,
     write_task_records,
 )
+from skillos.acting.options import ActingOptions
 from skillos.clients.curator import AsyncCuratorClient
 from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
@@ -54,6 +55,7 @@ class RunOptions:
     llms: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> {"base_url", "model"}
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its parameters
     from_repo: str | None = None  # each stream's repo starts as a fork of this one (a library to start from)
+    acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
 
 
 def repo_name(run_id: str, method: str, seed: int) -> str:
@@ -155,6 +157,7 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                   "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order,
                   "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
                   "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
+                  "acting": opts.acting.model_dump() if opts.acting is not None else None,
                   "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
@@ -178,7 +181,7 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                 else:
                     await repo_client.create_repo(repo)
             stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, retrieval=opts.retrieval,
-                                  max_turns=opts.max_turns,
+                                  max_turns=opts.max_turns, acting=opts.acting,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
                                   curator_temperature=opts.curator_temperature, run_id=run_id,
                                   params=opts.params.get(method, {}))

@@ -20,16 +20,11 @@ from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 
-from services.executor.actions import parse_action
-from services.executor.prompts import (
-    JUDGE_SCHEMA,
-    action_schema,
-    agent_messages,
-    judge_messages,
-    reasoning_messages,
-    stale_actions,
-)
 from services.executor.settings import ExecutorSettings
+from skillos.acting import episode as acting
+from skillos.acting.options import ActingOptions
+from skillos.acting.parse import parse_action
+from skillos.acting.prompt import JUDGE_SCHEMA, agent_messages, avoided, judge_messages
 from skillos.clients.envs import AsyncEnvClient, EnvError
 from skillos.errors import APIError
 from skillos.llm import ChatResult, LLMClient, LLMError, LLMSettings
@@ -45,7 +40,6 @@ from skillos.protocol.executor import (
     SkillText,
     Timing,
     TokenCount,
-    Turn,
 )
 from skillos.protocol.skillrepo import SearchMode
 
@@ -59,9 +53,7 @@ OVERHEAD_SECONDS = Histogram("skillos_executor_turn_overhead_seconds",
                              "Per-turn time not spent in the LLM or the env",
                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
 
-_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _VERDICT = re.compile(r"verdict\s*[:：]?\s*\**\s*(success|failure|yes|no|true|false|correct|incorrect)", re.IGNORECASE)
-_ACTION_STOP = ["</action>"]
 
 
 def _tokens(results: Sequence[ChatResult]) -> TokenCount:
@@ -70,12 +62,20 @@ def _tokens(results: Sequence[ChatResult]) -> TokenCount:
     return TokenCount(prompt=p, completion=c, total=p + c)
 
 
-def _close_tags(text: str) -> str:
-    """The stop sequence ``</action>`` is cut from the completion; put it back for the parser."""
-    low = text.lower()
-    if low.rfind("<action>") > low.rfind("</action>"):
-        return text + "</action>"
-    return text
+_close_tags = acting.close_tags  # the tests' name for it
+
+
+class _Session:
+    """An open env session as `skillos.acting.episode.EnvSession`."""
+
+    def __init__(self, client: AsyncEnvClient, session_id: str):
+        self.client, self.session_id = client, session_id
+
+    async def step(self, action: str):
+        try:
+            return await self.client.step(self.session_id, action)
+        except EnvError as e:
+            raise acting.EnvFailed(e.message) from e
 
 
 def _env_error_to_api(e: EnvError, what: str) -> APIError:
@@ -144,15 +144,14 @@ class Executor:
         self.action_format = settings.executor_action_format
 
     def _decision_format(self, admissible: list[str] | None, avoid: list[str] = ()) -> dict:
-        """How one decision is asked for: a JSON schema (a thought, an admissible action) when the
-        backend can constrain to one, else the tags with ``</action>`` as the stop sequence."""
-        if self.action_format == "json":
-            schema = action_schema(admissible, avoid)
-            if schema is not None:
-                return {"response_format": {"type": "json_schema",
-                                            "json_schema": {"name": "decision", "schema": schema}}}
-            return {}
-        return {"stop": _ACTION_STOP}
+        return acting.decision_format(self.action_format, admissible, avoid)
+
+    def acting_options(self, requested: ActingOptions | None) -> ActingOptions:
+        if requested is not None:
+            return requested
+        s = self.settings
+        return ActingOptions(state_line=s.executor_state_line, hold_back=s.executor_hold_back,
+                             demos=s.executor_demos, demos_per_type=s.executor_demos_per_type)
 
     async def aclose(self) -> None:
         await self.llm.aclose()
@@ -241,98 +240,37 @@ class Executor:
             invalid_actions=sum(1 for t in turns if not t.valid))
 
     async def _react(self, req: EpisodeRequest, created, skills: list[RetrievedSkill]) -> EpisodeResponse:
-        env = self.env(req.env)
-        observation, admissible = created.observation, list(created.admissible_actions)
-        turns: list[Turn] = []
-        results: list[ChatResult] = []
-        history: list[tuple[str, str, str]] = []
-        llm_s = env_s = reward = 0.0
-        stop_reason, error, won = "max_turns", None, False
-        for i in range(req.max_turns):
-            avoid = stale_actions(history, observation)
-            messages = agent_messages(req.env, created.task.instruction, observation, skills=skills,
-                                      history=history, history_len=req.history_len, admissible=admissible,
-                                      first_observation=created.observation,
-                                      first_admissible=created.admissible_actions, avoid=avoid,
-                                      action_format=self.action_format)
-            try:
-                res = await self.llm.chat(messages, temperature=req.sampling.temperature, top_p=req.sampling.top_p,
-                                          max_tokens=req.sampling.max_tokens,
-                                          seed=None if req.seed is None else req.seed + i,
-                                          **self._decision_format(admissible, avoid))
-            except LLMError as e:
-                llm_s += getattr(e, "latency_s", 0.0)
-                stop_reason, error = "llm_error", e.describe()
-                break
-            llm_s += res.latency_s
-            results.append(res)
-            parsed = parse_action(_close_tags(res.content), admissible or None)
-            t = time.perf_counter()
-            try:
-                step = await env.step(created.session_id, parsed.action)
-            except EnvError as e:
-                env_s += time.perf_counter() - t
-                stop_reason, error = "env_error", f"{req.env} env: {e.message}"
-                break
-            dt = time.perf_counter() - t
-            env_s += dt
-            # the env has the last word when it says; without an admissible list, any non-empty action is valid
-            if "invalid" in step.info:
-                valid = not step.info["invalid"] and parsed.parse != "empty"
-            else:
-                valid = parsed.valid if parsed.valid is not None else True
-            turns.append(Turn(index=i, observation=observation, thought=parsed.thought, action=parsed.action,
-                              raw_action=parsed.raw_action, valid=valid, parse=parsed.parse, reward=step.reward,
-                              done=step.done, llm_s=res.latency_s, env_s=dt, completion=res.content))
-            TURNS.labels(req.env, parsed.parse).inc()
-            reward += step.reward
-            history.append((observation, parsed.action, parsed.thought))
-            if step.done:
-                won = step.won
-                stop_reason = "won" if step.won else "done"
-                break
-            observation, admissible = step.observation, list(step.admissible_actions)
-        return self._response(req, created, skills, turns, results, success=won, reward=reward,
-                              stop_reason=stop_reason, error=error, llm_s=llm_s, env_s=env_s)
+        out = await acting.react(
+            self.llm, _Session(self.env(req.env), created.session_id), env_name=req.env,
+            task=created.task.instruction, task_type=created.task.type, observation=created.observation,
+            admissible=created.admissible_actions, skills=skills, max_turns=req.max_turns,
+            history_len=req.history_len, sampling=req.sampling, seed=req.seed, action_format=self.action_format,
+            options=self.acting_options(req.acting),
+            on_turn=lambda turn: TURNS.labels(req.env, turn.parse).inc())
+        return self._response(req, created, skills, out.turns, out.results, success=out.won, reward=out.reward,
+                              stop_reason=out.stop_reason, error=out.error, llm_s=out.llm_s, env_s=out.env_s)
 
     async def _reasoning(self, req: EpisodeRequest, created, skills: list[RetrievedSkill]) -> EpisodeResponse:
-        env = self.env(req.env)
-        messages = reasoning_messages(created.observation, skills)
-        max_tokens = req.sampling.max_tokens or self.settings.executor_reasoning_max_tokens
-        try:
-            res = await self.llm.chat(messages, temperature=req.sampling.temperature, top_p=req.sampling.top_p,
-                                      max_tokens=max_tokens, seed=req.seed)
-        except LLMError as e:
-            return self._response(req, created, skills, [], [], success=False, reward=0.0, stop_reason="llm_error",
-                                  error=e.describe(), llm_s=0.0, env_s=0.0)
-        m = _ANSWER.findall(res.content)
-        lines = [ln for ln in res.content.splitlines() if ln.strip()]
-        answer = (m[-1] if m else (lines[-1] if lines else "")).strip()[:4000]
-        think = re.search(r"<think>(.*?)(?:</think>|<answer>|$)", res.content, re.DOTALL | re.IGNORECASE)
-        thought = think.group(1).strip() if think else ""
-        t = time.perf_counter()
-        try:
-            step = await env.step(created.session_id, answer or "(no answer)")
-        except EnvError as e:
-            return self._response(req, created, skills, [], [res], success=False, reward=0.0,
-                                  stop_reason="env_error", error=f"reasoning env: {e.message}",
-                                  llm_s=res.latency_s, env_s=time.perf_counter() - t)
-        dt = time.perf_counter() - t
-        turn = Turn(index=0, observation=created.observation, thought=thought, action=answer or "(no answer)",
-                    raw_action=answer, valid=bool(answer), parse="free" if answer else "empty", reward=step.reward,
-                    done=True, llm_s=res.latency_s, env_s=dt, completion=res.content)
-        return self._response(req, created, skills, [turn], [res], success=step.won, reward=step.reward,
-                              stop_reason="won" if step.won else "done", error=None, llm_s=res.latency_s,
-                              env_s=dt, final_answer=answer)
+        out = await acting.reason(self.llm, _Session(self.env(req.env), created.session_id),
+                                  problem=created.observation, skills=skills, sampling=req.sampling,
+                                  max_tokens=req.sampling.max_tokens or self.settings.executor_reasoning_max_tokens,
+                                  seed=req.seed)
+        return self._response(req, created, skills, out.turns, out.results, success=out.won, reward=out.reward,
+                              stop_reason=out.stop_reason, error=out.error, llm_s=out.llm_s, env_s=out.env_s,
+                              final_answer=out.final_answer)
 
     # ---------------------------------------------------------------- single decisions
     async def act(self, req: ActRequest) -> ActResponse:
         skills = await self.skills_for(req.task, req.repo, req.skills, req.k, req.retrieval)
         history = [(h.observation, h.action, h.thought) for h in req.history]
-        avoid = stale_actions(history, req.observation)
+        opts = self.acting_options(req.acting)
+        avoid = avoided(req.env, req.task, history, req.observation, req.admissible_actions,
+                        req.first_observation, req.first_admissible_actions, opts)
         messages = agent_messages(req.env, req.task, req.observation, skills=skills, history=history,
                                   history_len=req.history_len, admissible=req.admissible_actions, avoid=avoid,
-                                  action_format=self.action_format)
+                                  first_observation=req.first_observation,
+                                  first_admissible=req.first_admissible_actions,
+                                  action_format=self.action_format, options=opts, task_type=req.task_type)
         res = await self._chat_or_502(messages, req.sampling, req.seed,
                                       **self._decision_format(req.admissible_actions, avoid))
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)

@@ -22,3 +22,9 @@ class ExecutorSettings(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
     # how a decision is asked for: "json" = a JSON schema (thought + one admissible action) the backend
     # decodes under (llama.cpp, vLLM and OpenAI-style APIs support it); "tags" = <think>/<action> text
     executor_action_format: Literal["json", "tags"] = "json"
+    # how the executor decides when a request does not say (skillos.acting.options.ActingOptions)
+    executor_state_line: bool = True
+    executor_hold_back: bool = True
+    executor_demos: Literal["generic", "expert"] = "expert"
+    executor_demos_per_type: int = Field(1, ge=0, le=3)
+

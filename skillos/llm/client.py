@@ -15,6 +15,7 @@ from typing import Any, Literal, Self
 import httpx
 from prometheus_client import Counter, Histogram
 
+from skillos.llm.cache import CompletionCache, cacheable
 from skillos.llm.settings import LLMSettings
 from skillos.logging import get_logger
 
@@ -74,6 +75,7 @@ class ChatResult:
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+
 class LLMClient:
     """One LLM role. Reuse one instance: it keeps a pooled HTTP connection."""
 
@@ -84,6 +86,9 @@ class LLMClient:
                                        headers=headers, transport=transport,
                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
         self.total_usage = Usage()
+        self.cache = None
+        if settings.cache:
+            self.cache = CompletionCache(settings.cache)
 
     @property
     def model(self) -> str:
@@ -98,6 +103,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self.cache is not None:
+            self.cache.close()
 
     def build_payload(self, messages: list[dict], *, tools=None, tool_choice=None, temperature=None,
                       top_p=None, max_tokens=None, seed=None, logprobs=False, top_logprobs=None,
@@ -141,6 +148,12 @@ class LLMClient:
                                   top_logprobs=top_logprobs, response_format=response_format, stop=stop,
                                   extra_body=extra_body)
         start = time.perf_counter()
+        use_cache = self.cache is not None and cacheable(body)
+        if use_cache and (stored := self.cache.get(body)) is not None:
+            result = _parse_completion(stored)
+            result.attempts = 0  # answered from the cache, no request made
+            self.total_usage.add(result.usage)
+            return result
         attempt = 0
         while True:
             attempt += 1
@@ -163,6 +176,8 @@ class LLMClient:
                 await asyncio.sleep(delay)
         result.latency_s = time.perf_counter() - start
         result.attempts = attempt
+        if use_cache:
+            self.cache.put(body, data)
         self.total_usage.add(result.usage)
         LLM_REQUESTS.labels(s.role, s.model, "ok").inc()
         LLM_LATENCY.labels(s.role, s.model).observe(result.latency_s)

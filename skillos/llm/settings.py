@@ -42,6 +42,8 @@ class LLMSettings(BaseModel):
     backoff_s: float = Field(0.5, ge=0.0)  # first retry delay; doubles each attempt
     max_backoff_s: float = Field(8.0, ge=0.0)
     seed: int | None = None
+    # a SQLite file of completions (skillos.llm.cache): repeatable requests are answered from it
+    cache: str | None = None
     role: str = "default"  # label for metrics and logs
 
     @classmethod
@@ -74,3 +76,4 @@ class _LLMEnv(BaseSettings):
     backoff_s: float | None = None
     max_backoff_s: float | None = None
     seed: int | None = None
+    cache: str | None = None

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from skillos.acting.options import ActingOptions
 from skillos.protocol.skillrepo import SearchMode
 
 EnvName = Literal["alfworld", "webshop", "reasoning"]
@@ -93,6 +94,8 @@ class EpisodeRequest(BaseModel):
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = Field(None, ge=0, le=SEED_MAX,
                              description="LLM sampling seed (turn i uses seed + i) and env seed")
+    acting: ActingOptions | None = Field(None, description=(
+        "how the executor decides (state line, held-back actions, demonstrations); null: the service's"))
 
     @model_validator(mode="after")
     def _one_task(self) -> EpisodeRequest:
@@ -163,6 +166,11 @@ class ActRequest(BaseModel):
     history_len: int = Field(30, ge=0, le=500)
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="LLM sampling seed")
+    acting: ActingOptions | None = Field(None, description="how the executor decides; null: the service's")
+    task_type: str | None = Field(None, max_length=64, description="the task's type (ALFWorld demonstrations)")
+    first_observation: str | None = Field(None, max_length=MAX_TEXT, description=(
+        "the episode's opening observation (default: the first history step's); the state line reads from it"))
+    first_admissible_actions: list[str] | None = Field(None, max_length=1000)
 
     @model_validator(mode="after")
     def _skills_source(self) -> ActRequest:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.executor.actions import NO_ACTION, parse_action, split_completion
 from services.executor.serving import _close_tags, parse_verdict
+from skillos.acting.parse import NO_ACTION, parse_action, split_completion
 
 ADMISSIBLE = ["go to countertop 1", "go to cabinet 2", "open fridge 1", "take apple 1 from countertop 1",
               "put apple 1 in/on fridge 1", "look", "inventory"]

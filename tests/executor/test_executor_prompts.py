@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from services.executor.prompts import (
+from skillos.acting.prompt import (
     HISTORY_CHUNK,
     action_schema,
     agent_messages,
@@ -124,3 +124,49 @@ def test_actions_taken_in_the_same_situation_are_not_offered_again():
     schema = action_schema([*PLACES, "look", "examine cabinet 1"], avoid=["look", "examine cabinet 1"])
     assert schema["properties"]["action"]["enum"] == PLACES
     assert action_schema(["look"], avoid=["look"])["properties"]["action"]["enum"] == ["look"]  # never empty
+
+
+def test_state_line_and_held_back_actions_keep_the_prompt_append_only():
+    """With every acting option on (state line, held-back actions, expert demonstrations), each turn's
+    prompt still starts with the previous turn's, word for word, when the caller gives the first
+    observation and actions (as the executor does)."""
+    from skillos.acting.options import ActingOptions
+    from skillos.acting.prompt import avoided
+
+    opts = ActingOptions()
+    first_adm = [*PLACES, "look", "inventory"]
+    history: list[tuple[str, str, str]] = []
+    obs, adm, prev = ROOM, first_adm, None
+    script = [("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.",
+               ["go to cabinet 1", "take egg 1 from countertop 1", "take knife 1 from countertop 1", "look"]),
+              ("take egg 1 from countertop 1", "You pick up the egg 1 from the countertop 1.", [*PLACES, "look"]),
+              ("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed.",
+               ["open microwave 1", "heat egg 1 with microwave 1", "examine microwave 1", "go to cabinet 1"])]
+    for action, nxt, nxt_adm in script:
+        avoid = avoided("alfworld", "heat an egg", history, obs, adm, ROOM, first_adm, opts)
+        msgs = agent_messages("alfworld", "heat an egg", obs, skills=SKILLS, history=history, admissible=adm,
+                              first_observation=ROOM, first_admissible=first_adm, avoid=avoid, options=opts,
+                              task_type="heat")
+        shown = msgs[-1]["content"].split("Actions you can take now:")[-1]
+        assert "look" not in shown and "inventory" not in shown and "examine" not in shown
+        assert "take knife 1" not in shown  # the task names no knife
+        if prev is not None:
+            assert render(msgs).startswith(render(prev[:-1]))
+            assert msgs[len(prev) - 1]["content"].startswith(prev[-1]["content"].split("Actions you can take now")[0].rstrip())
+        prev = msgs
+        history.append((obs, action, "thought"))
+        obs, adm = nxt, nxt_adm
+    last = agent_messages("alfworld", "heat an egg", obs, skills=SKILLS, history=history, admissible=adm,
+                          first_observation=ROOM, first_admissible=first_adm, options=opts)[-1]["content"]
+    assert "In your hand: egg 1." in last and "Where you are: microwave 1." in last
+    assert "Places not searched yet: cabinet 1, microwave 1." in last
+
+
+def test_options_off_give_the_prompt_of_before():
+    from skillos.acting.options import ActingOptions
+
+    off = ActingOptions(state_line=False, hold_back=False, demos="generic")
+    msgs = agent_messages("alfworld", "heat an egg", ROOM, skills=SKILLS, history=[], admissible=[*PLACES, "look"],
+                          options=off, task_type="heat")
+    assert "Where you are" not in msgs[1]["content"] and "Example (another room" in msgs[0]["content"]
+    assert "- look" in msgs[1]["content"]

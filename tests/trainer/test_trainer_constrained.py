@@ -108,9 +108,9 @@ def test_grammar_of_a_request_that_showed_skills_allows_edits_of_those_only():
 def test_grammar_cache_keeps_the_most_recent_schemas_and_samples_keep_theirs():
     """An agent's action schema changes every turn: the cache is bounded, and a constraint it dropped
     still replays the masks of the completion sampled under it."""
-    from services.executor.prompts import action_schema
     from services.trainer.constrained import GrammarCache
     from services.trainer.policy import load_policy
+    from skillos.acting.prompt import action_schema
 
     _, tok = load_policy()
     cache = GrammarCache(tok, len(tok), 64, max_schemas=2)

@@ -26,6 +26,9 @@ import json
 import re
 from collections.abc import Sequence
 
+from skillos.acting.demos import demos_block
+from skillos.acting.options import ActingOptions
+from skillos.acting.state import held_back, state_of
 from skillos.protocol.executor import RetrievedSkill
 
 MAX_SKILL_CHARS = 1500  # per skill body: keeps 5 skills inside a small model's context
@@ -111,10 +114,10 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
-def system_prompt(env: str, action_format: str = "json") -> str:
+def system_prompt(env: str, action_format: str = "json", generic_demo: bool = True) -> str:
     text = SYSTEM.format(role=ENV_ROLES.get(env, ENV_ROLES["generic"]), guide=GUIDES.get(env, ""),
                          fmt=FORMATS[action_format])
-    if env not in DEMOS:
+    if env not in DEMOS or not generic_demo:
         return text
     demo = DEMOS[env]
     if action_format == "json":
@@ -172,6 +175,21 @@ def stale_actions(history: Sequence[tuple], observation: str) -> list[str]:
         if key == keys[-1] and step[1] not in stale:
             stale.append(step[1])
     return stale
+
+
+def avoided(env: str, task: str, history: Sequence[tuple], observation: str, admissible: Sequence[str] | None,
+            first_observation: str | None = None, first_admissible: Sequence[str] | None = None,
+            options: ActingOptions | None = None) -> list[str]:
+    """The actions not offered this turn: `stale_actions` always, and with ``hold_back`` in ALFWorld
+    the actions that cannot move the task forward (`skillos.acting.state.held_back`)."""
+    avoid = stale_actions(history, observation)
+    opts = options or ActingOptions()
+    if env == "alfworld" and opts.hold_back and admissible:
+        first = first_observation if first_observation is not None else (history[0][0] if history else observation)
+        state = state_of(first, first_admissible if first_admissible is not None else admissible, history,
+                         observation)
+        avoid += [a for a in held_back(admissible, state, task) if a not in avoid]
+    return avoid
 
 
 def _no_progress(history: Sequence[tuple], observation: str) -> bool:
@@ -248,36 +266,55 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
                    history: Sequence[tuple[str, ...]], admissible: Sequence[str] | None,
                    history_len: int = 30, first_observation: str | None = None,
                    first_admissible: Sequence[str] | None = None, avoid: Sequence[str] = (),
-                   action_format: str = "json") -> list[dict]:
+                   action_format: str = "json", options: ActingOptions | None = None,
+                   task_type: str | None = None) -> list[dict]:
     """Chat messages for one ReAct decision.
 
     ``history``: every past (observation, action[, thought]) of the episode, oldest first;
     ``observation``: now.
     ``first_observation``/``first_admissible``: the episode's opening observation and actions (default:
     the first history entry's observation, or ``observation`` and ``admissible`` at the first step).
-    ``avoid``: actions not offered this turn (they just changed nothing).
+    ``avoid``: actions not offered this turn (they just changed nothing; see `avoided`).
+    ``options``: the state line and the demonstrations (`ActingOptions`); ``task_type`` picks the latter.
     """
+    opts = options or ActingOptions()
     first = first_observation if first_observation is not None else (history[0][0] if history else observation)
-    opening = (f"Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n{show_observation(env, first)}"
-               + places_block(env, first_admissible if first_admissible is not None else admissible))
-    messages = [{"role": "system", "content": system_prompt(env, action_format)}]
+    # the places come from the first turn's actions (go to PLACE); a caller that does not give them gets
+    # today's list, which in ALFWorld names the same places
+    first_adm = first_admissible if first_admissible is not None else admissible
+    demos = demos_block(task_type, opts.demos_per_type) if env == "alfworld" and opts.demos == "expert" else ""
+    opening = (f"{demos}Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n"
+               f"{show_observation(env, first)}" + places_block(env, first_adm))
+    messages = [{"role": "system", "content": system_prompt(env, action_format, generic_demo=not demos)}]
+
+    def state(upto: int, obs: str) -> str:
+        """The state line after the first ``upto`` actions (each past turn keeps its own: append-only)."""
+        if env != "alfworld" or not opts.state_line:
+            return ""
+        return "\n" + state_of(first, first_adm, history[:upto], obs).line(task)
+
+    step1 = f"{opening}{state(0, first)}\n\nStep 1. "
     if not history:
-        messages.append({"role": "user", "content": f"{opening}\n\nStep 1. {actions_block(env, admissible, avoid)}"})
+        messages.append({"role": "user", "content": step1 + actions_block(env, admissible, avoid)})
         return messages
     start = _shown_history(len(history), history_len)
     if start > 0:
         earlier = "; ".join(step[1] for step in history[:start])
         opening += f"\n\n(Steps 1-{start} are not shown. Your actions in them: {_clip(earlier, 1200)})"
         messages.append({"role": "user", "content": opening + f"\n\nStep {start + 1}. "
-                         + show_observation(env, history[start][0])})
+                         + show_observation(env, history[start][0]) + state(start, history[start][0])})
+    elif first_admissible is not None:
+        # word for word what the first turn was asked, so the server's prompt cache keeps all of it
+        first_avoid = avoided(env, task, [], first, first_admissible, first, first_admissible, opts)
+        messages.append({"role": "user", "content": step1 + actions_block(env, first_admissible, first_avoid)})
     else:
-        messages.append({"role": "user", "content": opening + "\n\nStep 1."})
+        messages.append({"role": "user", "content": step1.rstrip()})
     for i in range(start, len(history)):
         step = history[i]
         messages.append({"role": "assistant",
                          "content": assistant_turn(step[1], step[2] if len(step) > 2 else "", action_format)})
         nxt = history[i + 1][0] if i + 1 < len(history) else observation
-        content = f"Step {i + 2}. {show_observation(env, nxt)}"
+        content = f"Step {i + 2}. {show_observation(env, nxt)}{state(i + 1, nxt)}"
         if i + 1 == len(history):
             if _no_progress(history, observation):
                 content += f"\n{NO_PROGRESS}"

@@ -1,0 +1,93 @@
+"""Demonstrations per ALFWorld task type, played by the env's handcoded expert on ``valid_train``.
+
+ReAct (Yao et al.) shows two solved games of the task's own type; the executor used to show one
+made-up "put a mug in shelf" for every type (bench/evidence/curation-alfworld-pick). The expert's
+games come from `bench.bench_expert` (``data/alfworld_expert_valid_train.jsonl``, committed): only
+``valid_train``, which no evaluation here reports on, so a demonstration never shows a scored game.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from skillos.acting.state import NO_PROGRESS
+
+DATA = Path(__file__).resolve().parent / "data" / "alfworld_expert_valid_train.jsonl"
+MAX_DEMO_OBS = 220
+
+
+@functools.lru_cache(maxsize=4)
+def _games(path: str) -> dict[str, list[dict]]:
+    by_type: dict[str, list[dict]] = {}
+    p = Path(path)
+    if not p.exists():
+        return by_type
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            g = json.loads(line)
+            if g.get("won") and g.get("steps"):
+                if str(g.get("task_id", "")).split("/")[0] not in ("valid_train", "train"):
+                    continue  # never an evaluation split's game
+                by_type.setdefault(g["type"], []).append(g)
+    return by_type
+
+
+def wasted_moves(actions: list[str]) -> int:
+    """Visits of a place already visited where nothing was done before leaving again (the handcoded
+    expert wanders like this in some pick-two games after its second take)."""
+    seen: set[str] = set()
+    waste = 0
+    for a, nxt in zip(actions, [*actions[1:], ""], strict=True):
+        if a.startswith("go to "):
+            waste += a in seen and nxt.startswith("go to ")
+            seen.add(a)
+    return waste
+
+
+def pick(task_type: str, n: int, path: Path = DATA) -> list[dict]:
+    """``n`` games of ``task_type``, stable across runs: no "help" in them, the fewest wasted moves, then
+    those that open a closed place (they show the search), then those closest to the type's 40th
+    percentile of length (neither the lucky two-step games nor the expert's wanders)."""
+    games = _games(str(path)).get(task_type, [])
+    if not games or n <= 0:
+        return []
+    lengths = sorted(len(g["steps"]) for g in games)
+    typical = lengths[int(0.4 * (len(lengths) - 1))]
+
+    def rank(g):
+        actions = [s["action"] for s in g["steps"] if not s["action"].lower().startswith(NO_PROGRESS)]
+        return ("help" in actions, wasted_moves(actions), not any(a.startswith("open ") for a in actions),
+                abs(len(actions) - typical), g["task_id"])
+
+    return sorted(games, key=rank)[:n]
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_DEMO_OBS else text[:MAX_DEMO_OBS] + " …"
+
+
+def render(game: dict) -> str:
+    steps = game["steps"]
+    # each action with what the game answered (the observation before the next action)
+    pairs = [(st["action"], steps[i + 1]["observation"] if i + 1 < len(steps) else None)
+             for i, st in enumerate(steps)]
+    lines = [f"Task: {game['instruction'].strip()}"]
+    # the expert looks around and closes doors now and then; the executor is not offered those actions
+    # (hold_back), so the demonstration does not show them either
+    for action, answer in pairs:
+        if action.lower().startswith(NO_PROGRESS):
+            continue
+        lines.append(f"> {action}")
+        lines.append(_clip(answer) if answer is not None else "(task done)")
+    return "\n".join(lines)
+
+
+def demos_block(task_type: str | None, n: int, path: Path = DATA) -> str:
+    games = pick(task_type or "", n, path)
+    if not games:
+        return ""
+    head = "Solved examples of the same kind of task (other rooms; each line after '>' is an action, the line after it what the game answered):"
+    return head + "\n\n" + "\n\n".join(render(g) for g in games) + "\n\n"

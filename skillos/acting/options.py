@@ -1,0 +1,51 @@
+"""How the executor decides: the options of `skillos.acting`, one object for the service, the harness
+and the trainer. Every option is on for every arm of a comparison alike (No Memory and the methods
+with skills); bench/RESULTS-learning.md ("the executor that explores") measures what each adds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ActingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state_line: bool = Field(True, description=(
+        "ALFWorld: each turn restates where the agent is, what it holds, where the objects the task names "
+        "were seen and which places it has not searched yet (skillos.acting.state)"))
+    hold_back: bool = Field(True, description=(
+        "no-progress actions are not offered: actions that already changed nothing in the same situation "
+        "(every env), and in ALFWorld look / examine / inventory, going where the agent stands, taking an "
+        "object the task does not name"))
+    demos: Literal["generic", "expert"] = Field("expert", description=(
+        "generic: one made-up demonstration for every task; expert: demonstrations of the task's own type "
+        "played by ALFWorld's handcoded expert on valid_train (never an evaluation split)"))
+    demos_per_type: int = Field(1, ge=0, le=3, description="expert demonstrations shown per episode")
+
+    def key(self) -> str:
+        """A short stable name of these options (run records, the No Memory cache)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.model_dump().items()))
+
+
+
+
+
+def from_pairs(pairs: list[str]) -> ActingOptions | None:
+    """``["state_line=false", "demos=generic"]`` -> options (the others at their defaults); [] -> None.
+    Raises ValueError naming what to fix."""
+    if not pairs:
+        return None
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in ActingOptions.model_fields:
+            raise ValueError(f"--acting {pair!r}: use KEY=VALUE with KEY one of {', '.join(ActingOptions.model_fields)}")
+        values[key] = value.strip()
+    try:
+        return ActingOptions.model_validate(values)
+    except ValueError as e:
+        raise ValueError(f"--acting: {e}") from e

@@ -1,0 +1,145 @@
+"""What an ALFWorld agent knows so far, read off the episode's own text: the state line.
+
+A 1.5B executor forgets within a few turns where it has been and what it saw, so it looks around
+again and again (bench/evidence/curation-alfworld-pick: 65 % of turns were look / examine /
+inventory, 2.4-2.8 places visited of 9-31). The state line restates, every turn, what the episode
+has already shown it:
+
+    Where you are: cabinet 2. In your hand: apple 1 (heated).
+    Seen so far that your task names: apple 1 (countertop 1), fridge 1.
+    Places not searched yet: cabinet 1, drawer 1, ...
+
+It uses only what the agent itself saw (the first observation, its actions and their observations)
+and the task sentence, never the game's hidden state, so it is the same information a careful
+player would write down. ``state_of`` is a pure function of the episode so far: the executor
+service, `/v1/act` (which gets the history from its caller) and the trainer's rollouts compute the
+same line from the same turns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_SEE = re.compile(r"you see (.*?)(?:\.\s*$|\.\s+[A-Z]|$)", re.IGNORECASE | re.DOTALL)
+_ITEM = re.compile(r"^(?:a|an|some|the)\s+", re.IGNORECASE)
+_ARRIVE = re.compile(r"^you arrive at (?:loc \d+|(.+?))\.", re.IGNORECASE)
+_OPEN = re.compile(r"^you open the (.+?)\.", re.IGNORECASE)
+_TAKE = re.compile(r"^you pick up the (.+?) from the (.+?)\.", re.IGNORECASE)
+_PUT = re.compile(r"^you (?:move|put) the (.+?) (?:to|in|on|into|onto) the (.+?)\.", re.IGNORECASE)
+_CHANGE = re.compile(r"^you (heat|cool|clean) the (.+?) using the (.+?)\.", re.IGNORECASE)
+_CLOSED = re.compile(r"the (.+?) is closed", re.IGNORECASE)
+_WORDS = re.compile(r"[a-z]+")
+_DONE = {"heat": "heated", "cool": "cooled", "clean": "cleaned"}
+# actions that never move an ALFWorld task forward: they only restate what the agent saw
+NO_PROGRESS = ("look", "inventory", "examine ", "close ")
+
+
+def object_class(name: str) -> str:
+    """``apple 1`` -> ``apple``."""
+    return name.rsplit(" ", 1)[0] if name.rsplit(" ", 1)[-1].isdigit() else name
+
+
+def seen_items(observation: str) -> list[str]:
+    """The objects an observation lists after "you see" (``a apple 1, a knife 2, and a bread 1``)."""
+    m = _SEE.search(observation)
+    if not m or m.group(1).strip().lower().startswith("nothing"):
+        return []
+    items = []
+    for part in re.split(r",\s*(?:and\s+)?|\s+and\s+", m.group(1)):
+        item = _ITEM.sub("", part.strip()).strip().rstrip(".")
+        if item and item[-1].isdigit():
+            items.append(item)
+    return items
+
+
+def task_words(task: str) -> set[str]:
+    return set(_WORDS.findall(task.lower()))
+
+
+@dataclass
+class AlfworldState:
+    at: str | None = None
+    holding: str | None = None
+    holding_done: list[str] = field(default_factory=list)   # heated / cooled / cleaned
+    places: list[str] = field(default_factory=list)          # every place of the room, in the game's order
+    searched: set[str] = field(default_factory=set)          # places whose contents the agent has seen
+    where: dict[str, str] = field(default_factory=dict)      # object -> the place it was last seen at
+    changed: bool = True                                     # the last action changed what the agent knows
+
+    def line(self, task: str) -> str:
+        words = task_words(task)
+        hand = self.holding or "nothing"
+        if self.holding and self.holding_done:
+            hand += f" ({', '.join(self.holding_done)})"
+        parts = [f"Where you are: {self.at or 'the middle of the room'}. In your hand: {hand}."]
+        named = [f"{o} ({p})" for o, p in self.where.items() if object_class(o) in words and o != self.holding]
+        named += [p for p in self.places if object_class(p) in words and not any(p == n for n in named)]
+        if named:
+            parts.append("Seen so far that your task names: " + ", ".join(named) + ".")
+        left = [p for p in self.places if p not in self.searched]
+        if left:
+            parts.append("Places not searched yet: " + ", ".join(left) + ".")
+        elif self.places:
+            parts.append("You have searched every place.")
+        return "\n".join(parts)
+
+
+def _places(first_admissible: Sequence[str] | None, first_observation: str) -> list[str]:
+    places = [a.removeprefix("go to ") for a in (first_admissible or []) if a.startswith("go to ")]
+    return places or seen_items(first_observation)
+
+
+def state_of(first_observation: str, first_admissible: Sequence[str] | None,
+             history: Sequence[tuple], observation: str) -> AlfworldState:
+    """The state after every action of ``history`` (``(observation before, action, ...)`` tuples;
+    ``observation`` is what the last action gave)."""
+    s = AlfworldState(places=_places(first_admissible, first_observation))
+    after = [step[0] for step in history[1:]] + [observation] if history else []
+    for step, obs in zip(history, after, strict=True):
+        _apply(s, str(step[1]), obs.strip())
+    return s
+
+
+def _apply(s: AlfworldState, action: str, obs: str) -> None:
+    before = (s.at, s.holding, tuple(s.holding_done), len(s.searched), len(s.where))
+    if m := _ARRIVE.match(obs):
+        s.at = m.group(1) or action.removeprefix("go to ").strip()
+        if not _CLOSED.search(obs):
+            s.searched.add(s.at)
+        for item in seen_items(obs):
+            s.where[item] = s.at
+    elif m := _OPEN.match(obs):
+        s.searched.add(m.group(1))
+        for item in seen_items(obs):
+            s.where[item] = m.group(1)
+    elif m := _TAKE.match(obs):
+        s.holding, s.holding_done = m.group(1), []
+        s.where.pop(m.group(1), None)
+    elif m := _PUT.match(obs):
+        s.where[m.group(1)] = m.group(2)
+        s.holding, s.holding_done = None, []
+    elif (m := _CHANGE.match(obs)) and m.group(2) == s.holding \
+            and _DONE[m.group(1).lower()] not in s.holding_done:
+        s.holding_done.append(_DONE[m.group(1).lower()])
+    s.changed = before != (s.at, s.holding, tuple(s.holding_done), len(s.searched), len(s.where))
+
+
+def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> list[str]:
+    """ALFWorld actions that cannot move this task forward now: looking around (the state line already
+    says what it would show), closing a place (no goal needs a closed door; the 1.5B closed each cabinet
+    it had just opened, the object it sought inside), going where the agent stands, and taking an
+    object the task does not name (12 of 24 episodes of the record took the wrong object). Every class
+    of object and place in ALFWorld's 340 task sentences here is named in its sentence (checked over
+    valid_seen and valid_train), so the object a task needs is never held back."""
+    words = task_words(task)
+    here = f"go to {state.at}".lower() if state.at else None
+    out = []
+    for a in admissible:
+        low = a.lower()
+        wrong_object = (low.startswith("take ") and " from " in low
+                        and object_class(low.removeprefix("take ").split(" from ")[0]) not in words)
+        if low.startswith(NO_PROGRESS) or low == here or wrong_object:
+            out.append(a)
+    return out

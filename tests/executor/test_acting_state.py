@@ -1,0 +1,85 @@
+"""The state line and the held-back actions (skillos.acting.state), on ALFWorld's own texts: hand-written
+cases of each sentence kind, and every expert game of valid_train replayed through `state_of`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skillos.acting.demos import DATA
+from skillos.acting.state import held_back, seen_items, state_of
+
+FIRST = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
+         "you see a cabinet 2, a cabinet 1, a countertop 1, a fridge 1, a microwave 1, and a sinkbasin 1.\n\n"
+         "Your task is to: heat some egg and put it in fridge.")
+FIRST_ADM = ["go to cabinet 1", "go to cabinet 2", "go to countertop 1", "go to fridge 1", "go to microwave 1",
+             "go to sinkbasin 1", "inventory", "look"]
+TASK = "heat some egg and put it in fridge."
+
+
+def test_seen_items_reads_alfworld_lists():
+    assert seen_items("On the countertop 1, you see a apple 1, a egg 2, and a knife 1.") == ["apple 1", "egg 2", "knife 1"]
+    assert seen_items("You open the cabinet 1. The cabinet 1 is open. In it, you see a mug 2.") == ["mug 2"]
+    assert seen_items("You arrive at cabinet 2. On the cabinet 2, you see nothing.") == []
+
+
+def test_state_follows_a_heat_episode():
+    history = [
+        (FIRST, "go to cabinet 1"),
+        ("You arrive at cabinet 1. The cabinet 1 is closed.", "open cabinet 1"),
+        ("You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.", "go to countertop 1"),
+        ("You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.", "take egg 1 from countertop 1"),
+        ("You pick up the egg 1 from the countertop 1.", "go to microwave 1"),
+        ("You arrive at microwave 1. The microwave 1 is closed.", "heat egg 1 with microwave 1"),
+    ]
+    s = state_of(FIRST, FIRST_ADM, history, "You heat the egg 1 using the microwave 1.")
+    assert s.at == "microwave 1" and s.holding == "egg 1" and s.holding_done == ["heated"]
+    assert s.searched == {"cabinet 1", "countertop 1"}  # a closed microwave was not searched
+    line = s.line(TASK)
+    assert "In your hand: egg 1 (heated)." in line
+    assert "fridge 1" in line.split("Places")[0]  # the place the task names, seen from the start
+    assert "Places not searched yet: cabinet 2, fridge 1, microwave 1, sinkbasin 1." in line
+    # before the take, the state says where the egg was seen
+    early = state_of(FIRST, FIRST_ADM, history[:4], "You pick up the egg 1 from the countertop 1.")
+    assert early.holding == "egg 1"
+    seen = state_of(FIRST, FIRST_ADM, history[:3], history[3][0])
+    assert "egg 1 (countertop 1)" in seen.line(TASK)
+
+
+def test_held_back_keeps_the_task_object():
+    s = state_of(FIRST, FIRST_ADM, [(FIRST, "go to countertop 1")],
+                 "You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.")
+    adm = ["examine countertop 1", "go to countertop 1", "go to fridge 1", "inventory", "look",
+           "take egg 1 from countertop 1", "take knife 1 from countertop 1"]
+    assert held_back(adm + ["close fridge 1"], s, TASK) == ["examine countertop 1", "go to countertop 1", "inventory", "look",
+                                       "take knife 1 from countertop 1", "close fridge 1"]
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="the expert games are not committed yet")
+def test_every_expert_game_replays_to_a_consistent_state():
+    """The expert's own games of valid_train: after each take the state holds that object, after each
+    move it holds nothing, and taking the task's object (named by the game's folder) is never held back."""
+    games = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    assert len(games) >= 100
+    checked = 0
+    for g in games:
+        steps = g["steps"]
+        history = [(st["observation"], st["action"]) for st in steps]
+        for i, st in enumerate(steps):
+            if i + 1 >= len(steps):
+                break
+            obs_after = steps[i + 1]["observation"]
+            s = state_of(g["first_observation"], None, history[:i + 1], obs_after)
+            if st["action"].startswith("take ") and obs_after.startswith("You pick up"):
+                assert s.holding == st["action"].removeprefix("take ").split(" from ")[0], (g["task_id"], i)
+                checked += 1
+            if st["action"].startswith("move ") and obs_after.startswith("You move"):
+                assert s.holding is None, (g["task_id"], i)
+            # the task's object class, from the game's folder name (not from the sentence held_back reads)
+            wanted = g["task_id"].split("/")[1].split("-")[1].lower()
+            taken = st["action"].removeprefix("take ").split(" from ")[0]
+            if st["action"].startswith("take ") and taken.rsplit(" ", 1)[0] == wanted:
+                before = state_of(g["first_observation"], None, history[:i], st["observation"])
+                assert st["action"] not in held_back([st["action"]], before, g["instruction"]), (g["task_id"], i)
+    assert checked >= len(games)
