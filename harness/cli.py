@@ -105,7 +105,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                                       help="default: alfworld valid_seen, else test, else the first split"),
             method: str = typer.Option("skillos", "--method", help=(
                 "one method or several, comma-separated, played on the same tasks: none (No Memory) | skillos | "
-                "skillrl | sapo | skill1 | reasoningbank | memp (docs/methods.md)")),
+                "skillrl | sapo | skill1 | reasoningbank | memp | gold | skillos-expert (docs/methods.md)")),
             param: list[str] = typer.Option([], "--param", help=(
                 "a method's parameter, KEY=VALUE (to every method that has it) or METHOD.KEY=VALUE; repeat it "
                 "(e.g. --param sapo.promote_every=3); `skillos methods` lists them")),

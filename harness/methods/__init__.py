@@ -7,6 +7,8 @@
     skillrl        SkillRL's two-tier bank with distillation by outcome and recursive evolution
     sapo           SAPO: candidates validated by split rollouts, promoted from a temporary bank
     skill1         Skill1: query, rerank, act with the top skill, utility trend, admission, retirement
+    gold           one hand-written procedure per ALFWorld task type (from the expert's plans), never curated
+    skillos-expert SkillOS whose curator first reads the handcoded expert's valid_train games (a cold start)
 
 Each method's parameters are a pydantic model (`Method.Params`); `method_params` checks what a user
 gives (``--param KEY=VALUE``) before anything runs.
@@ -22,13 +24,16 @@ from pydantic import ValidationError
 from harness.methods.base import Method, StreamContext
 from harness.methods.baseline import NoMemory
 from harness.methods.curated import SkillOS
+from harness.methods.expert_seeded import ExpertSeededSkillOS
+from harness.methods.gold import Gold
 from harness.methods.memp import MemP
 from harness.methods.reasoningbank import ReasoningBank
 from harness.methods.sapo import SAPO
 from harness.methods.skill1 import Skill1
 from harness.methods.skillrl import SkillRL
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (NoMemory, SkillOS, SkillRL, SAPO, Skill1, ReasoningBank, MemP)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (NoMemory, SkillOS, SkillRL, SAPO, Skill1, ReasoningBank, MemP,
+                                                         Gold, ExpertSeededSkillOS)}
 
 
 class MethodConfigError(ValueError):

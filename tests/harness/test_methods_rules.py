@@ -17,10 +17,11 @@ from harness.methods.writer import parse_items, parse_json_list, parse_json_obje
 from skillos.protocol.executor import EpisodeResponse, Timing, TokenCount, Turn
 
 
-def test_all_seven_methods_are_registered():
-    assert list(METHODS) == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp"]
+def test_all_methods_are_registered():
+    assert list(METHODS) == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp", "gold",
+                             "skillos-expert"]
     assert [m for m, c in METHODS.items() if not c.uses_repo] == ["none"]
-    assert [m for m, c in METHODS.items() if c.uses_curator] == ["skillos"]
+    assert [m for m, c in METHODS.items() if c.uses_curator] == ["skillos", "skillos-expert"]
 
 
 # --- Skill1 ---
