@@ -3,12 +3,13 @@ games of ALFWorld's handcoded expert on valid_train, each as a successful episod
 applied to the stream's repo; then the stream runs as SkillOS does.
 
 The games are `skillos/acting/data/alfworld_expert_valid_train.jsonl` (written by `bench.bench_expert`),
-won ones only, ``trajectories`` of them taken round-robin over ``types`` in the file's order (6: the first
-game of each type). Each is sent as the stream sends an episode (`harness.loop.curate_trajectory`): the
-expert's actions as the turns (no thoughts), judged successful, with the repo's top k skills for its
-instruction as the retrieved ones, so a later game may update what an earlier one inserted. The ops'
-origin in the repo's op log is position -1 with the game's id. The first task's record says what was
-read and what came of it (``method_info.expert_seed``). A game of an evaluation split is refused.
+won ones only, ``trajectories`` of them taken round-robin over ``types`` (6: one game of each type), in
+the file's order with those the curator's prompt shows whole first. Each is sent as the stream sends an
+episode (`harness.loop.curate_trajectory`): the expert's actions as the turns (no thoughts), judged
+successful, with the repo's top k skills for its instruction as the retrieved ones, so a later game may
+update what an earlier one inserted. The ops' origin in the repo's op log is position -1 with the game's
+id. The first task's record says what was read and what came of it (``method_info.expert_seed``). A
+game of an evaluation split is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import skillos
 from harness.loop import TaskRecord, TaskSpec, curate_trajectory, new_record
 from harness.methods.base import MethodParams, StreamContext, info_values
 from harness.methods.curated import SkillOS
+from skillos.curation.prompt import MAX_TURNS_SHOWN
 from skillos.protocol.curator import Trajectory, TrajectoryTurn
 
 DEMOS = Path(skillos.__file__).resolve().parent / "acting" / "data" / "alfworld_expert_valid_train.jsonl"
@@ -48,7 +50,10 @@ def load_demos(path: Path = DEMOS) -> list[dict]:
 
 
 def choose(games: list[dict], k: int, types: Sequence[str]) -> list[dict]:
-    """``k`` games round-robin over ``types``: the first of each type, then the second, ..."""
+    """``k`` games round-robin over ``types``: the first of each type, then the second, ... Games the
+    curator's prompt shows whole (at most `MAX_TURNS_SHOWN` steps) come first, in the file's order: the
+    expert's long games are mostly its loops (pick2), which the prompt would cut in the middle."""
+    games = sorted(games, key=lambda g: len(g["steps"]) > MAX_TURNS_SHOWN)  # stable: the file's order kept
     by_type = {t: [g for g in games if g["type"] == t] for t in types}
     chosen: list[dict] = []
     for i in range(max((len(v) for v in by_type.values()), default=0)):

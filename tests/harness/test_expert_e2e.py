@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from harness.methods.gold import gold_skills
+from skillos.clients.envs import EnvClient
 from skillos.clients.skillrepo import SkillRepoClient
 from tests.conftest import ROOT, SHARED_DATA
 from tests.harness.stream_run import skillos_run
@@ -46,21 +47,29 @@ def stack(alfworld_stack):
 
 def test_gold_seeds_six_skills_and_each_type_gets_its_own_first(stack, tmp_path):
     out = tmp_path / "report"
-    proc = skillos_run([*STREAM, "--split", "valid_seen", "--per-type", "1", "--method", "gold",
+    # two episodes through the executor (one turn each: the embedded LLM is slow on a busy CPU) ...
+    proc = skillos_run([*STREAM, "--split", "valid_seen", "--per-type", "1", "--limit", "2", "--method", "gold",
                         "--param", "gold.k=1"], stack, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = _records(out, "gold")
     gold = {s.metadata["task_type"]: s.name for s in gold_skills()}
-    assert sorted(r["task_type"] for r in records) == sorted(gold)
-    assert records[0]["method_info"]["seeded"] == sorted(gold.values())
+    assert len(records) == 2 and records[0]["method_info"]["seeded"] == sorted(gold.values())
     for r in records:
         assert r["error"] is None, r["error"]
         assert [s["name"] for s in r["retrieved"]] == [gold[r["task_type"]]], (r["instruction"], r["retrieved"])
         assert r["method_info"]["right_skill_first"] is True and r["ops"] == [] and r["repo_size"] == 6
     repo = SkillRepoClient(stack.url("skillrepo"))
-    assert sorted(s.name for s in repo.list_skills(records[0]["repo"])) == sorted(gold.values())
+    name = records[0]["repo"]
+    assert sorted(s.name for s in repo.list_skills(name)) == sorted(gold.values())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"]["gold"]["aggregate"]["method_measures"]["right_skill_first"]["mean"] == 1.0
+    # ... and the search the executor makes, on the stream's repo, for the first task of every type
+    first = {}
+    for t in EnvClient(stack.url("alfworld")).tasks("valid_seen"):
+        first.setdefault(t.type, t.instruction)
+    assert sorted(first) == sorted(gold)
+    for kind, instruction in first.items():
+        assert repo.search(name, instruction, k=1)[0].name == gold[kind], instruction
 
 
 def test_expert_seeded_skillos_curates_an_expert_game_before_task_one(stack, tmp_path):

@@ -15,6 +15,7 @@ from harness.methods import MethodConfigError, build_method
 from harness.methods.expert_seeded import DEMOS, TYPES, choose, expert_trajectory, load_demos
 from harness.methods.gold import gold_skills
 from services.skillrepo.search import BM25Index, document_tokens, tokenize
+from skillos.curation.prompt import MAX_TURNS_SHOWN
 from tests.conftest import ROOT, SHARED_DATA
 
 ALFWORLD = SHARED_DATA / "alfworld"
@@ -68,6 +69,7 @@ def test_expert_seed_picks_games_round_robin_and_refuses_an_evaluation_game(tmp_
     chosen = choose(games, 8, TYPES)
     assert [g["type"] for g in chosen] == [*TYPES, "pick", "look"]
     assert chosen[6]["task_id"] != chosen[0]["task_id"]
+    assert all(len(g["steps"]) <= MAX_TURNS_SHOWN for g in chosen)  # the curator sees them whole
     assert [g["type"] for g in choose(games, 3, ["heat"])] == ["heat"] * 3
     t = expert_trajectory(chosen[0])
     assert t.env_success and [x.action for x in t.turns] == [s["action"] for s in chosen[0]["steps"]]
