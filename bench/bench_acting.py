@@ -50,6 +50,11 @@ def load(run_dir: Path) -> dict[tuple[int, str], dict]:
     return {(int(r.get("seed") or 0), r["task_id"]): r for r in rows if r.get("method") == "none"}
 
 
+def scored(records: dict) -> dict:
+    """The records of episodes that ran (an error is neither a success nor a failure of the executor)."""
+    return {k: r for k, r in records.items() if not r.get("error")}
+
+
 def behaviour(records: list[dict]) -> dict[str, float]:
     """What the trajectories show, over all turns of these episodes."""
     turns = looks = repeats = 0
@@ -77,7 +82,7 @@ def behaviour(records: list[dict]) -> dict[str, float]:
 
 
 def table(out: Path, variants: list[str]) -> str:
-    runs = {v: load(out / v) for v in variants if (out / v).exists()}
+    runs = {v: scored(load(out / v)) for v in variants if (out / v).exists()}
     if "before" not in runs:
         raise SystemExit(f"no {out}/before run: the table compares every variant with it")
     base = runs["before"]
@@ -132,8 +137,15 @@ def ablation(args) -> None:
             cmd += ["--limit", str(args.limit)]
         for pair in VARIANTS[v]:
             cmd += ["--acting", pair]
-        print("$ " + " ".join(cmd[2:]), flush=True)
-        subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+        for attempt in range(1 + args.retries):
+            print("$ " + " ".join(cmd[2:]), flush=True)
+            subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+            failed = [r for r in load(out / v).values() if r.get("error")]
+            if not failed:
+                break
+            # an episode cut by an error (a timeout on a loaded machine) is not a failure of the executor:
+            # play the variant again; the completion cache replays what was done, so only the rest costs
+            print(f"{v}: {len(failed)} episode(s) ended with an error; again ({attempt + 1}/{args.retries})", flush=True)
     print(table(out, variants))
 
 
@@ -150,6 +162,7 @@ def main() -> None:
     a.add_argument("--concurrency", type=int, default=4)
     a.add_argument("--variants", help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
     a.add_argument("--out", default="runs/acting")
+    a.add_argument("--retries", type=int, default=2, help="plays of a variant again while episodes end with an error")
     t = sub.add_parser("table", help="the table from the run folders")
     t.add_argument("out", type=Path)
     t.add_argument("--variants", help="comma-separated (default: all)")

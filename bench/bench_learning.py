@@ -3,6 +3,9 @@
     # curation lifts a frozen executor (paper Table 1 protocol, scaled): SkillOS-base vs No Memory
     .venv/bin/python -m bench.bench_learning curation --env alfworld --per-type 3 --seeds 3 --max-turns 20
     .venv/bin/python -m bench.bench_learning curation --env webshop --limit 18 --seeds 3 --max-turns 15
+    # the gold ceiling and the expert cold start beside SkillOS-base, No Memory shared (issue 23)
+    .venv/bin/python -m bench.bench_learning curation --env alfworld --per-type 5 --seeds 1 --max-turns 30 \
+        --method gold,skillos,skillos-expert --param gold.k=1
     # the statistics of any finished `skillos run` folder (methods A and B on the same tasks and seeds)
     .venv/bin/python -m bench.bench_learning analyze runs/learning/curation-alfworld --a skillos --b none
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -126,7 +130,7 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
 
 def curation(args) -> None:
     out = Path(args.out or f"runs/learning/curation-{args.env}")
-    cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", args.env, "--method", "skillos", "--baseline",
+    cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", args.env, "--method", args.method, "--baseline",
            "--seeds", str(args.seeds), "--max-turns", str(args.max_turns), "--concurrency", str(args.concurrency),
            "--order", "grouped", "--out", str(out)]
     if args.split:
@@ -139,9 +143,18 @@ def curation(args) -> None:
         cmd += ["--limit", str(args.limit)]
     if args.oracle_judge:
         cmd.append("--oracle-judge")
+    for pair in args.param or []:
+        cmd += ["--param", pair]
+    for pair in args.acting or []:
+        cmd += ["--acting", pair]
+    env = dict(os.environ)
+    # every completion kept: the same command started again resumes, and No Memory's episodes are shared
+    # with any other comparison that asks for them (skillos.llm.cache)
+    env.setdefault("SKILLOS_LLM_CACHE", str(Path("~/.cache/skillos/llm-cache.sqlite").expanduser()))
     print("$ " + " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    print(analyze(out, "skillos", "none"))
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+    for method in args.method.split(","):
+        print(analyze(out, method.strip(), "none"))
 
 
 def main() -> None:
@@ -157,6 +170,10 @@ def main() -> None:
     c.add_argument("--max-turns", type=int, default=20)
     c.add_argument("--concurrency", type=int, default=4)
     c.add_argument("--oracle-judge", action="store_true")
+    c.add_argument("--method", default="skillos", help="methods compared with No Memory, comma-separated "
+                   "(e.g. gold,skillos,skillos-expert)")
+    c.add_argument("--param", action="append", help="a method's parameter, as `skillos run --param`")
+    c.add_argument("--acting", action="append", help="an executor option, as `skillos run --acting`")
     c.add_argument("--out")
     a = sub.add_parser("analyze", help="paired statistics of a finished run folder")
     a.add_argument("run_dir", type=Path)

@@ -145,12 +145,11 @@ def in_short(methods: dict[str, Any]) -> str:
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
     models = cfg.get("models") or {}
-    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", ""]
+    methods = summary["methods"]
+    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", "", in_short(methods), ""]
     if models:
         lines += ["Models: " + "; ".join(f"{role} {describe_model(info)}" for role, info in models.items()) + ".",
                   ""]
-    methods = summary["methods"]
-    lines += [in_short(methods), ""]
     lines += [(f"{cfg.get('tasks')} tasks × {cfg.get('seeds')} seed(s), order {cfg.get('order')}, "
                f"max turns {cfg.get('max_turns')}, k = {cfg.get('k')}."), ""]
     types = sorted({t for m in methods.values() for t in m["aggregate"]["sr_per_type"]})

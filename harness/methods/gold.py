@@ -42,6 +42,11 @@ class Gold(Method):
         super().__init__(params)
         self.seeded: list[str] | None = None  # said in the first task's record
 
+    @property
+    def sequential(self) -> bool:
+        """The repo does not change after `setup`, so tasks may overlap (``--concurrency``) as No Memory's do."""
+        return False
+
     def check(self, ctx: StreamContext) -> None:
         super().check(ctx)
         if ctx.config.env != "alfworld":

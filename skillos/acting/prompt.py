@@ -142,7 +142,9 @@ def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -
     exact = [a for a in shown_actions(admissible, avoid) if not a.startswith("search[")]
     choices: list[dict] = [{"enum": exact}] if exact else []
     if any(a.startswith("search[") for a in admissible):
-        choices.append({"type": "string", "pattern": "^search\\[[^\\]]{1,200}\\]$"})
+        # no angle brackets: the 1.5B typed WebShop's placeholder "search[<your query>]" as it reads in 5 of
+        # 12 plays (bench/evidence/methods-webshop-1.5b-none); a query of the request's words has none
+        choices.append({"type": "string", "pattern": "^search\\[[^\\]<>]{1,200}\\]$"})
     action = choices[0] if len(choices) == 1 else {"anyOf": choices}
     # The thought is bounded: a 1.5B model that starts listing the room in its thought otherwise runs to
     # max_tokens and the turn ends without an action (seen in 4 of 360 turns of the learning bench).

@@ -160,6 +160,29 @@ def test_act_and_judge(executor):
     assert v["parsed"] or v["success"] is False  # an unreadable verdict is never a success
 
 
+def test_acting_options_per_request_shape_the_episode(executor, alfworld):
+    """All acting options on (state line, held-back actions, expert demonstrations) against the real
+    ALFWorld server: no look-around action is ever played; with them off, the old prompt is used (the
+    same request with `acting` off is still a normal episode); a bad option is a 422 that names it."""
+    task = first_task(alfworld)
+    on = {"state_line": True, "hold_back": True, "demos": "expert", "demos_per_type": 1}
+    r = post(executor, "/v1/episodes", {"env": "alfworld", "task_id": task["id"], "max_turns": 3, "sampling": SMALL,
+                                        "seed": 11, "acting": on})
+    assert r.status_code == 200, r.text
+    ep = r.json()
+    assert ep["stop_reason"] in ("won", "done", "max_turns"), ep["error"]
+    for t in ep["turns"]:
+        assert not t["action"].startswith(("look", "inventory", "examine ", "close ")), t["action"]
+    off = {"state_line": False, "hold_back": False, "demos": "generic"}
+    r = post(executor, "/v1/episodes", {"env": "alfworld", "task_id": task["id"], "max_turns": 1, "sampling": SMALL,
+                                        "seed": 11, "acting": off})
+    assert r.status_code == 200 and r.json()["steps"] == 1, r.text
+    r = post(executor, "/v1/episodes", {"env": "alfworld", "task_id": task["id"], "acting": {"demos": "oracle"}})
+    assert r.status_code == 422 and "demos" in r.json()["error"]["message"]
+    r = post(executor, "/v1/act", {"task": "t", "observation": "o", "acting": {"state_lines": True}})
+    assert r.status_code == 422 and "state_lines" in r.json()["error"]["message"]
+
+
 def test_bad_requests_get_clear_4xx(executor, alfworld):
     r = post(executor, "/v1/episodes", {"env": "alfworld"})
     assert r.status_code == 422 and "task_id" in r.json()["error"]["message"]

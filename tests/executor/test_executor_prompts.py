@@ -170,3 +170,14 @@ def test_options_off_give_the_prompt_of_before():
                           options=off, task_type="heat")
     assert "Where you are" not in msgs[1]["content"] and "Example (another room" in msgs[0]["content"]
     assert "- look" in msgs[1]["content"]
+
+
+def test_webshop_schema_refuses_the_search_placeholder():
+    """The 1.5B typed WebShop's placeholder as it reads (search[<your query>]) in 5 of 12 plays: the
+    schema's search pattern admits a query of words and refuses the placeholder."""
+    import re
+
+    schema = action_schema(["search[<your query>]", "click[b07x1]"])
+    pattern = next(c["pattern"] for c in schema["properties"]["action"]["anyOf"] if "pattern" in c)
+    assert re.match(pattern, "search[blue cotton t-shirt men]")
+    assert not re.match(pattern, "search[<your query>]")

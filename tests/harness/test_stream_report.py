@@ -73,6 +73,9 @@ def test_summary_metrics_and_plots(tmp_path):
     assert summary["methods"]["none"]["aggregate"]["sr"]["mean"] == pytest.approx(1 / 3, abs=1e-3)
     md = summary_markdown(summary)
     assert "| skillos |" in md and "| none |" in md and "usage rate" in md
+    # the first paragraph says the comparison with its N, and that 3 games tell nothing
+    first = md.split("\n\n")[1]
+    assert first.startswith("In short: SkillOS won 1 of 3; No Memory won 1 of 3") and "smoke test" in first
     json.dumps(summary)
     files = write_plots([sk, base], tmp_path)
     assert [f.name for f in files] == ["success_over_stream.png", "repo_size.png", "op_mix.png"]
