@@ -18,8 +18,9 @@ class ActingOptions(BaseModel):
         "were seen and which places it has not searched yet (skillos.acting.state)"))
     hold_back: bool = Field(True, description=(
         "no-progress actions are not offered: actions that already changed nothing in the same situation "
-        "(every env), and in ALFWorld look / examine / inventory, going where the agent stands, taking an "
-        "object the task does not name"))
+        "(every env), and in ALFWorld look / examine / inventory / close, going where the agent stands, taking "
+        "an object the task does not name, putting the object back unchanged where it was taken from, leaving "
+        "a closed place right after arriving (skillos.acting.state.held_back)"))
     demos: Literal["generic", "expert"] = Field("expert", description=(
         "generic: one made-up demonstration for every task; expert: demonstrations of the task's own type "
         "played by ALFWorld's handcoded expert on valid_train (never an evaluation split)"))

@@ -66,6 +66,8 @@ class AlfworldState:
     places: list[str] = field(default_factory=list)          # every place of the room, in the game's order
     searched: set[str] = field(default_factory=set)          # places whose contents the agent has seen
     where: dict[str, str] = field(default_factory=dict)      # object -> the place it was last seen at
+    taken_from: dict[str, str] = field(default_factory=dict)  # object in hand -> the place it was taken from
+    at_closed: bool = False                                  # just arrived at a closed place, nothing done yet
     changed: bool = True                                     # the last action changed what the agent knows
 
     def line(self, task: str) -> str:
@@ -104,8 +106,11 @@ def state_of(first_observation: str, first_admissible: Sequence[str] | None,
 
 def _apply(s: AlfworldState, action: str, obs: str) -> None:
     before = (s.at, s.holding, tuple(s.holding_done), len(s.searched), len(s.where))
+    if not obs.lower().startswith("nothing happens"):
+        s.at_closed = False  # only right after arriving at a closed place (set below) has nothing been done there
     if m := _ARRIVE.match(obs):
         s.at = m.group(1) or action.removeprefix("go to ").strip()
+        s.at_closed = bool(_CLOSED.search(obs)) and s.at not in s.searched
         if not _CLOSED.search(obs):
             s.searched.add(s.at)
         for item in seen_items(obs):
@@ -116,10 +121,11 @@ def _apply(s: AlfworldState, action: str, obs: str) -> None:
             s.where[item] = m.group(1)
     elif m := _TAKE.match(obs):
         s.holding, s.holding_done = m.group(1), []
+        s.taken_from = {m.group(1): m.group(2)}
         s.where.pop(m.group(1), None)
     elif m := _PUT.match(obs):
         s.where[m.group(1)] = m.group(2)
-        s.holding, s.holding_done = None, []
+        s.holding, s.holding_done, s.taken_from = None, [], {}
     elif (m := _CHANGE.match(obs)) and m.group(2) == s.holding \
             and _DONE[m.group(1).lower()] not in s.holding_done:
         s.holding_done.append(_DONE[m.group(1).lower()])
@@ -127,19 +133,31 @@ def _apply(s: AlfworldState, action: str, obs: str) -> None:
 
 
 def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> list[str]:
-    """ALFWorld actions that cannot move this task forward now: looking around (the state line already
-    says what it would show), closing a place (no goal needs a closed door; the 1.5B closed each cabinet
-    it had just opened, the object it sought inside), going where the agent stands, and taking an
-    object the task does not name (12 of 24 episodes of the record took the wrong object). Every class
-    of object and place in ALFWorld's 340 task sentences here is named in its sentence (checked over
-    valid_seen and valid_train), so the object a task needs is never held back."""
+    """ALFWorld actions that cannot move this task forward now:
+
+    - looking around (look, examine, inventory): the state line already says what they would show;
+    - closing a place: no goal needs a closed door (the 1.5B closed each cabinet it had just opened,
+      the object it sought inside);
+    - going where the agent stands;
+    - taking an object the task does not name (12 of 24 episodes of the record took the wrong object);
+      every class of object and place in ALFWorld's 340 task sentences here is named in its sentence
+      (checked over valid_seen and valid_train), so the object a task needs is never held back;
+    - putting the object in hand back, unchanged, where it was taken from, which undoes the take (3 of
+      the first 4 episodes of the all-options run did it right after taking the task's object); once it
+      is heated, cooled or cleaned it may go back (the place it came from can be the task's target);
+    - leaving a closed place right after arriving, before doing anything there: the agent came to look
+      inside or to use it (the same run walked past ten closed cabinets without opening one).
+    Nothing is held back when it would leave no action (`shown_actions` then offers them all)."""
     words = task_words(task)
     here = f"go to {state.at}".lower() if state.at else None
+    undo = {f"move {obj} to {place}".lower() for obj, place in state.taken_from.items()
+            if obj == state.holding and not state.holding_done}
     out = []
     for a in admissible:
         low = a.lower()
         wrong_object = (low.startswith("take ") and " from " in low
                         and object_class(low.removeprefix("take ").split(" from ")[0]) not in words)
-        if low.startswith(NO_PROGRESS) or low == here or wrong_object:
+        leaving_unopened = state.at_closed and low.startswith("go to ")
+        if low.startswith(NO_PROGRESS) or low == here or wrong_object or low in undo or leaving_unopened:
             out.append(a)
     return out
