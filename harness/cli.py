@@ -130,7 +130,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
                                              help="past steps shown in full (paper: 3; older ones as actions)"),
             acting: list[str] = typer.Option([], "--acting", help=(
                 "how the executor decides, KEY=VALUE, repeatable: state_line, hold_back (true|false), demos "
-                "(generic|expert), demos_per_type (0-3); unset ones keep the executor's settings")),
+                "(generic|expert), demos_per_type (0-3); with --acting the ones not given take their defaults (all on)")),
             oracle_judge: bool = typer.Option(False, "--oracle-judge",
                                               help="give the curator the env's verdict instead of the self-judge"),
             start: bool = typer.Option(True, "--start/--no-start",

@@ -242,7 +242,8 @@ class Executor:
     async def _react(self, req: EpisodeRequest, created, skills: list[RetrievedSkill]) -> EpisodeResponse:
         out = await acting.react(
             self.llm, _Session(self.env(req.env), created.session_id), env_name=req.env,
-            task=created.task.instruction, task_type=created.task.type, observation=created.observation,
+            task=created.task.instruction, task_type=created.task.type, task_id=created.task.id,
+            observation=created.observation,
             admissible=created.admissible_actions, skills=skills, max_turns=req.max_turns,
             history_len=req.history_len, sampling=req.sampling, seed=req.seed, action_format=self.action_format,
             options=self.acting_options(req.acting),
@@ -270,7 +271,8 @@ class Executor:
                                   history_len=req.history_len, admissible=req.admissible_actions, avoid=avoid,
                                   first_observation=req.first_observation,
                                   first_admissible=req.first_admissible_actions,
-                                  action_format=self.action_format, options=opts, task_type=req.task_type)
+                                  action_format=self.action_format, options=opts, task_type=req.task_type,
+                                  task_id=req.task_id)
         res = await self._chat_or_502(messages, req.sampling, req.seed,
                                       **self._decision_format(req.admissible_actions, avoid))
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)

@@ -3,7 +3,8 @@
 ReAct (Yao et al.) shows two solved games of the task's own type; the executor used to show one
 made-up "put a mug in shelf" for every type (bench/evidence/curation-alfworld-pick). The expert's
 games come from `bench.bench_expert` (``data/alfworld_expert_valid_train.jsonl``, committed): only
-``valid_train``, which no evaluation here reports on, so a demonstration never shows a scored game.
+``valid_train``, which no evaluation here reports on, and never a game of the task's own floorplan
+(valid_seen's rooms are valid_train's: a demonstration in the same room can be the task's solution).
 """
 
 from __future__ import annotations
@@ -46,11 +47,24 @@ def wasted_moves(actions: list[str]) -> int:
     return waste
 
 
-def pick(task_type: str, n: int, path: Path = DATA) -> list[dict]:
+def floorplan(task_id: str | None) -> str | None:
+    """ALFWorld's floorplan (scene) of a game: the last field of its folder name
+    (``valid_seen/look_at_obj_in_light-Bowl-None-DeskLamp-316/trial_…`` -> ``316``)."""
+    parts = (task_id or "").split("/")
+    if len(parts) < 2 or "-" not in parts[-2]:
+        return None
+    return parts[-2].rsplit("-", 1)[-1]
+
+
+def pick(task_type: str, n: int, path: Path = DATA, task_id: str | None = None) -> list[dict]:
     """``n`` games of ``task_type``, stable across runs: no "help" in them, the fewest wasted moves, then
     those that open a closed place (they show the search), then those closest to the type's 40th
     percentile of length (neither the lucky two-step games nor the expert's wanders)."""
-    games = _games(str(path)).get(task_type, [])
+    # valid_seen's games are in the rooms of the training games: 60 of its 76 floorplans are among the
+    # 200 of valid_train, and a demonstration in the task's own room can be its solution (the bowl on
+    # the same desk under the same lamp). A demonstration is never of the task's floorplan.
+    room = floorplan(task_id)
+    games = [g for g in _games(str(path)).get(task_type, []) if room is None or floorplan(g["task_id"]) != room]
     if not games or n <= 0:
         return []
     lengths = sorted(len(g["steps"]) for g in games)
@@ -85,9 +99,11 @@ def render(game: dict) -> str:
     return "\n".join(lines)
 
 
-def demos_block(task_type: str | None, n: int, path: Path = DATA) -> str:
-    games = pick(task_type or "", n, path)
+def demos_block(task_type: str | None, n: int, path: Path = DATA, task_id: str | None = None) -> str:
+    """The demonstrations for a task of ``task_type``, never of the floorplan of ``task_id``."""
+    games = pick(task_type or "", n, path, task_id)
     if not games:
         return ""
-    head = "Solved examples of the same kind of task (other rooms; each line after '>' is an action, the line after it what the game answered):"
+    head = ("Solved examples of the same kind of task (other rooms; each line after '>' is an action, the line "
+            "after it what the game answered):")
     return head + "\n\n" + "\n\n".join(render(g) for g in games) + "\n\n"

@@ -77,7 +77,8 @@ def decision_format(action_format: str, admissible: Sequence[str] | None, avoid:
     return {"stop": ACTION_STOP}
 
 
-async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: str | None, observation: str,
+async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: str | None, task_id: str | None,
+                observation: str,
                 admissible: Sequence[str], skills: Sequence[RetrievedSkill], max_turns: int, history_len: int,
                 sampling: Sampling, seed: int | None, action_format: str = "json",
                 options: ActingOptions | None = None, on_turn=None) -> Outcome:
@@ -92,7 +93,7 @@ async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: st
         messages = agent_messages(env_name, task, observation, skills=skills, history=history,
                                   history_len=history_len, admissible=admissible, first_observation=first_obs,
                                   first_admissible=first_adm, avoid=avoid, action_format=action_format,
-                                  options=opts, task_type=task_type)
+                                  options=opts, task_type=task_type, task_id=task_id)
         try:
             res = await llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
                                  max_tokens=sampling.max_tokens, seed=None if seed is None else seed + i,

@@ -269,7 +269,7 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
                    history_len: int = 30, first_observation: str | None = None,
                    first_admissible: Sequence[str] | None = None, avoid: Sequence[str] = (),
                    action_format: str = "json", options: ActingOptions | None = None,
-                   task_type: str | None = None) -> list[dict]:
+                   task_type: str | None = None, task_id: str | None = None) -> list[dict]:
     """Chat messages for one ReAct decision.
 
     ``history``: every past (observation, action[, thought]) of the episode, oldest first;
@@ -277,14 +277,16 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
     ``first_observation``/``first_admissible``: the episode's opening observation and actions (default:
     the first history entry's observation, or ``observation`` and ``admissible`` at the first step).
     ``avoid``: actions not offered this turn (they just changed nothing; see `avoided`).
-    ``options``: the state line and the demonstrations (`ActingOptions`); ``task_type`` picks the latter.
+    ``options``: the state line and the demonstrations (`ActingOptions`); ``task_type`` picks the latter,
+    never of the floorplan of ``task_id``.
     """
     opts = options or ActingOptions()
     first = first_observation if first_observation is not None else (history[0][0] if history else observation)
     # the places come from the first turn's actions (go to PLACE); a caller that does not give them gets
     # today's list, which in ALFWorld names the same places
     first_adm = first_admissible if first_admissible is not None else admissible
-    demos = demos_block(task_type, opts.demos_per_type) if env == "alfworld" and opts.demos == "expert" else ""
+    demos = (demos_block(task_type, opts.demos_per_type, task_id=task_id)
+             if env == "alfworld" and opts.demos == "expert" else "")
     opening = (f"{demos}Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n"
                f"{show_observation(env, first)}" + places_block(env, first_adm))
     messages = [{"role": "system", "content": system_prompt(env, action_format, generic_demo=not demos)}]

@@ -67,6 +67,7 @@ class AlfworldState:
     searched: set[str] = field(default_factory=set)          # places whose contents the agent has seen
     where: dict[str, str] = field(default_factory=dict)      # object -> the place it was last seen at
     taken_from: dict[str, str] = field(default_factory=dict)  # object in hand -> the place it was taken from
+    placed: dict[str, str] = field(default_factory=dict)      # object -> the place the agent put it
     at_closed: bool = False                                  # just arrived at a closed place, nothing done yet
     changed: bool = True                                     # the last action changed what the agent knows
 
@@ -76,7 +77,8 @@ class AlfworldState:
         if self.holding and self.holding_done:
             hand += f" ({', '.join(self.holding_done)})"
         parts = [f"Where you are: {self.at or 'the middle of the room'}. In your hand: {hand}."]
-        named = [f"{o} ({p})" for o, p in self.where.items() if object_class(o) in words and o != self.holding]
+        named = [f"{o} (you put it in {p})" if self.placed.get(o) == p else f"{o} ({p})"
+                 for o, p in self.where.items() if object_class(o) in words and o != self.holding]
         named += [p for p in self.places if object_class(p) in words and not any(p == n for n in named)]
         if named:
             parts.append("Seen so far that your task names: " + ", ".join(named) + ".")
@@ -122,9 +124,11 @@ def _apply(s: AlfworldState, action: str, obs: str) -> None:
     elif m := _TAKE.match(obs):
         s.holding, s.holding_done = m.group(1), []
         s.taken_from = {m.group(1): m.group(2)}
+        s.placed.pop(m.group(1), None)
         s.where.pop(m.group(1), None)
     elif m := _PUT.match(obs):
         s.where[m.group(1)] = m.group(2)
+        s.placed[m.group(1)] = m.group(2)
         s.holding, s.holding_done, s.taken_from = None, [], {}
     elif (m := _CHANGE.match(obs)) and m.group(2) == s.holding \
             and _DONE[m.group(1).lower()] not in s.holding_done:
@@ -146,9 +150,13 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
       the first 4 episodes of the all-options run did it right after taking the task's object); once it
       is heated, cooled or cleaned it may go back (the place it came from can be the task's target);
     - leaving a closed place right after arriving, before doing anything there: the agent came to look
-      inside or to use it (the same run walked past ten closed cabinets without opening one).
+      inside or to use it (the same run walked past ten closed cabinets without opening one);
+    - putting an object into a place the sentence does not name (the target is always named, and a
+      heat / cool / clean is one action, no "move" into the appliance), or anywhere in a look task;
+    - taking back out an object the agent itself put somewhere (pick two: the first one is done).
     Nothing is held back when it would leave no action (`shown_actions` then offers them all)."""
     words = task_words(task)
+    look_task = task.lower().lstrip().startswith(("look at", "examine"))
     here = f"go to {state.at}".lower() if state.at else None
     undo = {f"move {obj} to {place}".lower() for obj, place in state.taken_from.items()
             if obj == state.holding and not state.holding_done}
@@ -158,6 +166,12 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
         wrong_object = (low.startswith("take ") and " from " in low
                         and object_class(low.removeprefix("take ").split(" from ")[0]) not in words)
         leaving_unopened = state.at_closed and low.startswith("go to ")
-        if low.startswith(NO_PROGRESS) or low == here or wrong_object or low in undo or leaving_unopened:
+        # a task's object goes only into the place its sentence names, and a look task puts nothing down
+        wrong_place = low.startswith("move ") and " to " in low and (
+            look_task or object_class(low.rsplit(" to ", 1)[1]) not in words)
+        # what the agent already put where the task wants it is not taken out again (pick two)
+        taking_back = low.startswith("take ") and low.removeprefix("take ").split(" from ")[0] in state.placed
+        if (low.startswith(NO_PROGRESS) or low == here or wrong_object or low in undo or leaving_unopened
+                or wrong_place or taking_back):
             out.append(a)
     return out

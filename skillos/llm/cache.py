@@ -10,7 +10,10 @@ request body (model, messages, sampling, seed, response format), so
   are played once, whichever comparison asks for them.
 
 Only requests that ask for a repeatable answer are cached (a seed, or temperature 0): a request that
-wants a fresh sample gets one. Several processes (executor, curator) may share the file.
+wants a fresh sample gets one. The key is the request body and the server's address: the same model
+name served elsewhere (another quantization, another machine) is another answer. Never set it for a
+role whose weights change under the same name (the trainer's curator policy): it would replay the old
+policy. Several processes (executor, curator) may share the file; a row that cannot be read is a miss.
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from skillos.logging import get_logger
+
+log = get_logger("llm.cache")
+
 
 def cacheable(body: dict) -> bool:
     return body.get("seed") is not None or body.get("temperature") == 0
 
 
-def key_of(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+def key_of(body: dict, server: str = "") -> str:
+    return hashlib.sha256(json.dumps([server, body], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 class CompletionCache:
@@ -40,19 +47,29 @@ class CompletionCache:
         self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT, answer TEXT)")
         self.hits = self.misses = 0
 
-    def get(self, body: dict) -> dict | None:
-        with self._lock:
-            row = self._db.execute("SELECT answer FROM completions WHERE key = ?", (key_of(body),)).fetchone()
-        if row is None:
+    def get(self, body: dict, server: str = "") -> dict | None:
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT answer FROM completions WHERE key = ?",
+                                       (key_of(body, server),)).fetchone()
+            answer = json.loads(row[0]) if row is not None else None
+        except (sqlite3.Error, ValueError) as e:  # a locked or damaged file is a miss, never a failed call
+            log.warning("llm_cache_unreadable", path=str(self.path), error=str(e))
+            answer = None
+        if answer is None:
             self.misses += 1
             return None
         self.hits += 1
-        return json.loads(row[0])
+        return answer
 
-    def put(self, body: dict, answer: dict) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO completions VALUES (?, ?, ?)",
-                             (key_of(body), str(body.get("model", "")), json.dumps(answer, ensure_ascii=False)))
+    def put(self, body: dict, answer: dict, server: str = "") -> None:
+        try:
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO completions VALUES (?, ?, ?)",
+                                 (key_of(body, server), str(body.get("model", "")),
+                                  json.dumps(answer, ensure_ascii=False)))
+        except sqlite3.Error as e:
+            log.warning("llm_cache_unwritable", path=str(self.path), error=str(e))
 
     def close(self) -> None:
         with self._lock:

@@ -69,6 +69,7 @@ class ChatResult:
     logprobs: list[dict] | None = None  # choices[0].logprobs.content when asked for and returned
     latency_s: float = 0.0
     attempts: int = 1
+    cached: bool = False  # answered from the completion cache (skillos.llm.cache)
     raw: dict = field(default_factory=dict)
 
 
@@ -149,10 +150,13 @@ class LLMClient:
                                   extra_body=extra_body)
         start = time.perf_counter()
         use_cache = self.cache is not None and cacheable(body)
-        if use_cache and (stored := self.cache.get(body)) is not None:
+        if use_cache and (stored := self.cache.get(body, s.chat_url())) is not None:
             result = _parse_completion(stored)
-            result.attempts = 0  # answered from the cache, no request made
-            self.total_usage.add(result.usage)
+            # answered from the cache: no request made, so no attempt, and the time is the lookup's;
+            # the usage is what the stored answer cost when it was made (not added to this client's total)
+            result.attempts, result.cached = 0, True
+            result.latency_s = time.perf_counter() - start
+            LLM_REQUESTS.labels(s.role, s.model, "cache_hit").inc()
             return result
         attempt = 0
         while True:
@@ -177,7 +181,7 @@ class LLMClient:
         result.latency_s = time.perf_counter() - start
         result.attempts = attempt
         if use_cache:
-            self.cache.put(body, data)
+            self.cache.put(body, data, s.chat_url())
         self.total_usage.add(result.usage)
         LLM_REQUESTS.labels(s.role, s.model, "ok").inc()
         LLM_LATENCY.labels(s.role, s.model).observe(result.latency_s)

@@ -168,6 +168,8 @@ class ActRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=SEED_MAX, description="LLM sampling seed")
     acting: ActingOptions | None = Field(None, description="how the executor decides; null: the service's")
     task_type: str | None = Field(None, max_length=64, description="the task's type (ALFWorld demonstrations)")
+    task_id: str | None = Field(None, max_length=1024, description=(
+        "the env's task id: no demonstration is shown from the task's own ALFWorld floorplan"))
     first_observation: str | None = Field(None, max_length=MAX_TEXT, description=(
         "the episode's opening observation (default: the first history step's); the state line reads from it"))
     first_admissible_actions: list[str] | None = Field(None, max_length=1000)

@@ -96,7 +96,9 @@ def test_putting_back_unchanged_and_leaving_a_closed_place_are_held_back():
                      ("You arrive at microwave 1. The microwave 1 is closed.", "heat egg 1 with microwave 1"),
                      ("You heat the egg 1 using the microwave 1.", "go to countertop 1")]
     s = state_of(FIRST, FIRST_ADM, heated, "You arrive at countertop 1. On the countertop 1, you see a knife 1.")
-    assert held_back(["move egg 1 to countertop 1"], s, TASK) == []
+    assert held_back(["move egg 1 to countertop 1"], s, "heat some egg and put it in countertop.") == []
+    # into a place the sentence does not name: held back (the target is always named)
+    assert held_back(["move egg 1 to countertop 1"], s, TASK) == ["move egg 1 to countertop 1"]
     # just arrived at a closed place: not left before something is done there; after it, free to go
     arrived = [(FIRST, "go to cabinet 1")]
     s = state_of(FIRST, FIRST_ADM, arrived, "You arrive at cabinet 1. The cabinet 1 is closed.")
@@ -124,3 +126,35 @@ def test_the_expert_rarely_takes_a_held_back_action():
             s = state_of(g["first_observation"], None, history[:i], st["observation"])
             held += st["action"] in held_back([st["action"]], s, g["instruction"])
     assert total > 2000 and held / total < 0.01, (held, total)
+
+
+def test_a_placed_object_is_not_taken_back_and_look_tasks_put_nothing_down():
+    two = "put two egg in fridge."
+    hist = [(FIRST, "go to countertop 1"),
+            ("You arrive at countertop 1. On the countertop 1, you see a egg 1, and a egg 2.", "take egg 1 from countertop 1"),
+            ("You pick up the egg 1 from the countertop 1.", "go to fridge 1"),
+            ("You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.", "move egg 1 to fridge 1")]
+    s = state_of(FIRST, FIRST_ADM, hist, "You move the egg 1 to the fridge 1.")
+    assert "egg 1 (you put it in fridge 1)" in s.line(two) and "egg 2 (countertop 1)" in s.line(two)
+    assert held_back(["take egg 1 from fridge 1", "go to countertop 1"], s, two) == ["take egg 1 from fridge 1"]
+    look = "look at egg under the desklamp."
+    s = state_of(FIRST, FIRST_ADM, hist[:2], "You pick up the egg 1 from the countertop 1.")
+    assert held_back(["move egg 1 to fridge 1", "use desklamp 1"], s, look) == ["move egg 1 to fridge 1"]
+
+
+def test_no_demonstration_is_of_the_task_s_own_floorplan():
+    """valid_seen's rooms are valid_train's: for every valid_seen game, none of the demonstrations its
+    type would get is of its floorplan (the look demo used to be a valid_seen task's solution)."""
+    from conftest import SHARED_DATA
+
+    from skillos.acting.demos import floorplan, pick
+
+    folders = sorted((SHARED_DATA / "alfworld" / "json_2.1.1" / "valid_seen").iterdir())
+    assert len(folders) > 100
+    kinds = {"look_at": "look", "pick_and": "pick", "pick_two": "pick2", "pick_clean": "clean",
+             "pick_heat": "heat", "pick_cool": "cool"}
+    for folder in folders:
+        kind = next(v for k, v in kinds.items() if folder.name.startswith(k))
+        task_id = f"valid_seen/{folder.name}/trial_0"
+        shown = pick(kind, 3, task_id=task_id)
+        assert shown and all(floorplan(g["task_id"]) != floorplan(task_id) for g in shown), folder.name
