@@ -11,7 +11,9 @@ was (``before``: no state line, nothing held back, one made-up demonstration) to
 With ``SKILLOS_LLM_CACHE`` set (this command sets it to ``<out>/llm-cache.sqlite`` unless it is set)
 every completion is kept, so a variant started again replays its finished episodes and goes on.
 
-The table: success rate with a paired bootstrap interval and McNemar against ``before``; steps; what
+The table: success rate with a paired bootstrap interval and McNemar against ``before`` (b/c: pairs the
+variant won and ``before`` lost / the reverse), over the tasks both played without an error (an error,
+e.g. a timeout on a loaded machine, is counted apart, neither success nor failure); steps; what
 the record showed was wrong (look-around share, repeated actions, places visited, the task's object
 taken); seconds per turn (the prompt cache's health).
 """
@@ -82,11 +84,13 @@ def behaviour(records: list[dict]) -> dict[str, float]:
 
 
 def table(out: Path, variants: list[str]) -> str:
-    runs = {v: scored(load(out / v)) for v in variants if (out / v).exists()}
+    loaded = {v: load(out / v) for v in variants if (out / v).exists()}
+    runs = {v: scored(recs) for v, recs in loaded.items()}
+    errors = {v: len(recs) - len(runs[v]) for v, recs in loaded.items()}
     if "before" not in runs:
         raise SystemExit(f"no {out}/before run: the table compares every variant with it")
     base = runs["before"]
-    lines = [("| variant (`--acting`) | n | SR % | Δ SR vs before [95 % CI] | McNemar p (b/c) | steps | "
+    lines = [("| variant (`--acting`) | n (errors left out) | SR % | Δ SR vs before [95 % CI] | McNemar p (b/c) | steps | "
               "look/examine/inventory % | repeated actions % | places visited | task's object taken % | s/turn |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v, recs in runs.items():
@@ -101,13 +105,15 @@ def table(out: Path, variants: list[str]) -> str:
         s_turn = sum(r.get("episode_s") or 0 for r in rows) / max(1, sum(r["steps"] for r in rows))
         p = "–" if v == "before" or res.p_value is None else f"{res.p_value:.3g} ({res.b}/{res.c})"
         delta = "–" if v == "before" else f"{100 * res.diff:+.1f} [{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}]"
-        lines.append(f"| {v} ({', '.join(VARIANTS.get(v, []))}) | {res.n} | {100 * res.mean_a:.1f} | {delta} | {p} | "
+        lines.append(f"| {v} ({', '.join(VARIANTS.get(v, []))}) | {res.n} ({errors[v]}) | {100 * res.mean_a:.1f} | "
+                     f"{delta} | {p} | "
                      f"{steps:.1f} | {b['look_pct']:.0f} | {b['repeat_pct']:.0f} | {b['places']:.1f} | "
                      f"{b['took_pct']:.0f} | {s_turn:.1f} |")
     per_type = defaultdict(dict)
     for v, recs in runs.items():
         by = defaultdict(list)
-        for r in recs.values():
+        for key in sorted(set(recs) & set(base)):   # the same pairs as the table
+            r = recs[key]
             by[r.get("task_type") or "?"].append(float(bool(r["success"])))
         for t, xs in by.items():
             per_type[t][v] = f"{100 * sum(xs) / len(xs):.0f} ({len(xs)})"
@@ -145,7 +151,9 @@ def ablation(args) -> None:
                 break
             # an episode cut by an error (a timeout on a loaded machine) is not a failure of the executor:
             # play the variant again; the completion cache replays what was done, so only the rest costs
-            print(f"{v}: {len(failed)} episode(s) ended with an error; again ({attempt + 1}/{args.retries})", flush=True)
+            if attempt < args.retries:
+                print(f"{v}: {len(failed)} episode(s) ended with an error; again ({attempt + 1}/{args.retries})",
+                      flush=True)
     print(table(out, variants))
 
 

@@ -23,15 +23,9 @@ class ActingOptions(BaseModel):
         "a closed place right after arriving (skillos.acting.state.held_back)"))
     demos: Literal["generic", "expert"] = Field("expert", description=(
         "generic: one made-up demonstration for every task; expert: demonstrations of the task's own type "
-        "played by ALFWorld's handcoded expert on valid_train (never an evaluation split)"))
+        "played by ALFWorld's handcoded expert on valid_train (never an evaluation split, never the task's own "
+        "floorplan)"))
     demos_per_type: int = Field(1, ge=0, le=3, description="expert demonstrations shown per episode")
-
-    def key(self) -> str:
-        """A short stable name of these options (run records, the No Memory cache)."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.model_dump().items()))
-
-
-
 
 
 def from_pairs(pairs: list[str]) -> ActingOptions | None:
