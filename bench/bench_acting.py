@@ -8,8 +8,10 @@
 Each variant is one `skillos run --method none --acting ...` into ``<out>/<variant>/``. The variants
 switch the options of `skillos.acting.options.ActingOptions` one at a time, from the executor as it
 was (``before``: no state line, nothing held back, one made-up demonstration) to all on (``all``).
-With ``SKILLOS_LLM_CACHE`` set (this command sets it to ``<out>/llm-cache.sqlite`` unless it is set)
-every completion is kept, so a variant started again replays its finished episodes and goes on.
+With ``SKILLOS_LLM_CACHE`` set every completion is kept, so a variant started again replays its finished
+episodes and goes on. The completions are made by the executor service: the variable must be set where
+the stack starts (``SKILLOS_LLM_CACHE=... skillos up -d``); this command sets it for the stack that
+`skillos run` starts itself when none is running (``<out>/llm-cache.sqlite`` unless it is set).
 
 The table: success rate with a paired bootstrap interval and McNemar against ``before`` (b/c: pairs the
 variant won and ``before`` lost / the reverse), over the tasks both played without an error (an error,
