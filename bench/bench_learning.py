@@ -8,6 +8,9 @@
         --method gold,skillos,skillos-expert --param gold.k=1
     # the statistics of any finished `skillos run` folder (methods A and B on the same tasks and seeds)
     .venv/bin/python -m bench.bench_learning analyze runs/learning/curation-alfworld --a skillos --b none
+    # reasoning-gym valid: one stream per family side by side (each family's own repo), pooled
+    .venv/bin/python -m bench.bench_learning curation --env reasoning --split valid --per-type 75 --seeds 1 \
+        --task-type gsm_symbolic,chain_sum,letter_counting,base_conversion --stream-per-type --concurrency 1
 
 `curation` runs `skillos run` (its stack, or the one already up) with both methods and then `analyze`.
 `analyze` pairs the per-task records by (seed, task) and reports, per seed and pooled: success rate
@@ -31,16 +34,28 @@ from harness.stats import paired
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_records(run_dir: Path) -> dict[str, dict[int, dict[str, dict]]]:
-    """method -> seed -> task_id -> record, from ``tasks/*.json`` (or ``tasks.jsonl`` of a live run)."""
-    out: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+def _run_records(run_dir: Path) -> list[dict]:
     files = sorted((run_dir / "tasks").glob("*.json"))
     records = [json.loads(p.read_text()) for p in files]
     if not records and (run_dir / "tasks.jsonl").exists():
         records = [json.loads(line) for line in (run_dir / "tasks.jsonl").read_text().splitlines() if line.strip()]
-    for r in records:
-        out[r["method"]][int(r.get("seed") or 0)][r["task_id"]] = r
+    return records
+
+
+def load_records(*run_dirs: Path) -> dict[str, dict[int, dict[str, dict]]]:
+    """method -> seed -> task_id -> record, from ``tasks/*.json`` (or ``tasks.jsonl`` of a live run) of
+    each folder; the folders of one comparison played apart (one stream per task type) pool into one."""
+    out: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for run_dir in run_dirs:
+        for r in _run_records(run_dir):
+            out[r["method"]][int(r.get("seed") or 0)][r["task_id"]] = r
     return out
+
+
+def type_streams(run_dir: Path) -> list[Path]:
+    """The folders of a ``--stream-per-type`` comparison (one per type, under ``run_dir``), else [run_dir]."""
+    subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "run.json").exists()) if run_dir.is_dir() else []
+    return subs if subs and not (run_dir / "run.json").exists() else [run_dir]
 
 
 def run_header(title: str, cfg: dict, run_dir: Path) -> list[str]:
@@ -61,17 +76,67 @@ def _pairs(a: dict[str, dict], b: dict[str, dict], key) -> tuple[list[float], li
     return [key(a[t]) for t in common], [key(b[t]) for t in common]
 
 
-def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") -> str:
-    recs = load_records(run_dir)
+def _config(run_dir: Path) -> dict:
+    for name, key in (("summary.json", "config"), ("run.json", "config")):
+        path = run_dir / name
+        if path.exists():
+            return json.loads(path.read_text()).get(key) or {}
+    return {}
+
+
+def _usage_line(method: str, records: list[dict]) -> str:
+    """Usage and curation measures from the records themselves (a live or pooled run has no one summary)."""
+    if not records:
+        return ""
+    used = [r for r in records if r.get("used")]
+    retrieved = [r for r in records if r.get("retrieved")]
+    ops = [op for r in records for op in r.get("ops") or []]
+    valid = [r["validity_rate"] for r in records if r.get("validity_rate") is not None]
+    judged = [r for r in records if r.get("self_judged_success") is not None]
+    pct = lambda xs, n: "–" if not n else f"{100 * xs / n:.1f}"  # noqa: E731
+    mix: dict[str, int] = defaultdict(int)
+    for op in ops:
+        mix[f"{op.get('name')}{'' if op.get('applied') else ' (rejected)'}"] += 1
+    sizes = [r["repo_size"] for r in records if r.get("repo_size") is not None]
+    return (f"{method} over {len(records)} tasks: skills retrieved for {pct(len(retrieved), len(records))} %, "
+            f"used (followed) in {pct(len(used), len(records))} %, success when used "
+            f"{pct(sum(bool(r['success']) for r in used), len(used))} % vs "
+            f"{pct(sum(bool(r['success']) for r in records if not r.get('used')), len(records) - len(used))} % "
+            f"when not; curator call validity r_fc {pct(sum(valid), len(valid))} %; self-judge agrees with the env "
+            f"{pct(sum(bool(r['self_judged_success']) == bool(r['success']) for r in judged), len(judged))} %; "
+            f"repo size at the end {'+'.join(str(x) for x in _last_sizes(records)) or '–'} skills"
+            f" (max {max(sizes) if sizes else '–'}); op mix {dict(sorted(mix.items()))}.")
+
+
+def _last_sizes(records: list[dict]) -> list[int]:
+    """The repo size after the last task of each stream (one repo per (seed, stream))."""
+    last: dict[str, tuple[int, int]] = {}
+    for r in records:
+        if r.get("repo_size") is not None:
+            key = str(r.get("repo") or r.get("seed"))
+            if key not in last or r["position"] >= last[key][0]:
+                last[key] = (r["position"], r["repo_size"])
+    return [size for _, size in last.values()]
+
+
+def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str = "none") -> str:
+    """The paired statistics of one run folder, or of several pooled (a ``--stream-per-type`` comparison:
+    pass its parent folder or the list); writes ``learning.md`` into the (first) folder."""
+    dirs = type_streams(run_dir) if isinstance(run_dir, Path) else list(run_dir)
+    recs = load_records(*dirs)
     if method_a not in recs or method_b not in recs:
-        raise SystemExit(f"{run_dir} has methods {sorted(recs)}; need {method_a} and {method_b}")
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    cfg = summary.get("config", {})
+        raise SystemExit(f"{', '.join(map(str, dirs))} has methods {sorted(recs)}; need {method_a} and {method_b}")
+    cfg = _config(dirs[0])
     env = cfg.get("env", "?")
     measures = [("SR (%)", lambda r: float(bool(r["success"])), True)]
-    if env == "webshop":
+    if env in ("webshop", "reasoning"):  # partial credit: WebShop's reward, a reasoning-gym family's score
         measures.append(("score (×100)", lambda r: float(r.get("reward") or 0.0), True))
-    lines = run_header(f"{env} / {cfg.get('split', '?')}: {method_a} vs {method_b}", cfg, run_dir)
+    where = run_dir if isinstance(run_dir, Path) else dirs[0].parent
+    title = f"{env} / {cfg.get('split', '?')}: {method_a} vs {method_b}"
+    if len(dirs) > 1:
+        title += f" ({len(dirs)} streams, one per task type: {', '.join(d.name for d in dirs)})"
+        cfg = {**cfg, "tasks": sum(_config(d).get("tasks") or 0 for d in dirs)}
+    lines = run_header(title, cfg, where)
     seeds = sorted(set(recs[method_a]) & set(recs[method_b]))
     header = "| seed | n | " + " | ".join(f"{name}: {method_a} vs {method_b}, Δ [95% CI]" for name, _, _ in measures)
     lines += [header + " | McNemar p (SR) | steps " + f"{method_a} / {method_b} |",
@@ -88,6 +153,9 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
                 xs, ys = _pairs(recs[method_a][seed], recs[method_b][seed], key)
                 pooled_a[name] += xs
                 pooled_b[name] += ys
+            if not xs:
+                cells.append("no pairs yet")
+                continue
             res = paired(xs, ys)
             n = res.n
             k = 100 if pct else 1
@@ -104,27 +172,28 @@ def analyze(run_dir: Path, method_a: str = "skillos", method_b: str = "none") ->
         mcn = f"{p_sr.p_value:.3g} ({p_sr.b}/{p_sr.c})" if p_sr and p_sr.p_value is not None else "–"
         lines.append(f"| {seed} | {n} | " + " | ".join(cells) + f" | {mcn} | "
                      f"{sum(sa) / max(1, len(sa)):.1f} / {sum(sb) / max(1, len(sb)):.1f} |")
-    agg = (summary.get("methods", {}).get(method_a) or {}).get("aggregate") or {}
-    if agg:
-        def f(key, pct=True):
-            v = agg.get(key) or {}
-            return "–" if v.get("mean") is None else f"{v['mean'] * (100 if pct else 1):.1f}"
-        lines += ["", (f"{method_a}: usage rate {f('usage_rate')} %, success when used {f('success_when_used')} %, "
-                      f"coverage {f('coverage')} %, skills used per task {f('skills_per_example', False)}, "
-                      f"curator call validity r_fc {f('validity_rate')} %, self-judge agrees with the env "
-                      f"{f('self_judge_agreement')} %, final repo size {f('final_repo_size', False)} skills; "
-                      f"op mix {agg.get('op_mix')}.")]
-    per_type = defaultdict(lambda: [[], []])
-    for i, m in enumerate((method_a, method_b)):
-        for seed in seeds:
-            for r in recs[m][seed].values():
-                per_type[r.get("task_type") or "?"][i].append(float(bool(r["success"])))
+    records_a = [r for seed in seeds for r in recs[method_a][seed].values()]
+    usage = _usage_line(method_a, records_a)
+    if usage:
+        lines += ["", usage]
+    # per type over the pairs only (a stream still running has played fewer tasks of method_a)
+    per_type: dict[str, list[list[float]]] = defaultdict(lambda: [[], []])
+    for seed in seeds:
+        for tid in set(recs[method_a][seed]) & set(recs[method_b][seed]):
+            a, b = recs[method_a][seed][tid], recs[method_b][seed][tid]
+            per_type[a.get("task_type") or "?"][0].append(float(bool(a["success"])))
+            per_type[a.get("task_type") or "?"][1].append(float(bool(b["success"])))
     if len(per_type) > 1:
-        lines += ["", "SR per task type (all seeds): " + ", ".join(
-            f"{t} {100 * sum(a) / max(1, len(a)):.0f} vs {100 * sum(b) / max(1, len(b)):.0f}"
-            for t, (a, b) in sorted(per_type.items())) + "."]
+        cells = []
+        for t, (a, b) in sorted(per_type.items()):
+            res = paired(a, b)
+            cells.append(f"| {t} | {res.n} | {100 * res.mean_a:.1f} | {100 * res.mean_b:.1f} | "
+                         f"{100 * res.diff:+.1f} [{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}] | "
+                         f"{'–' if res.p_value is None else f'{res.p_value:.3g} ({res.b}/{res.c})'} |")
+        lines += ["", f"| task type | pairs | SR {method_a} % | SR {method_b} % | Δ [95% CI] | McNemar p (b/c) |",
+                  "|---|---|---|---|---|---|", *cells]
     text = "\n".join(lines) + "\n"
-    (run_dir / "learning.md").write_text(text)
+    (where / "learning.md").write_text(text)
     return text
 
 
@@ -132,13 +201,11 @@ def curation(args) -> None:
     out = Path(args.out or f"runs/learning/curation-{args.env}")
     cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", args.env, "--method", args.method, "--baseline",
            "--seeds", str(args.seeds), "--max-turns", str(args.max_turns), "--concurrency", str(args.concurrency),
-           "--order", "grouped", "--out", str(out)]
+           "--order", "grouped"]
     if args.split:
         cmd += ["--split", args.split]
     if args.per_type:
         cmd += ["--per-type", str(args.per_type)]
-    if args.task_type:
-        cmd += ["--task-type", args.task_type]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     if args.oracle_judge:
@@ -151,8 +218,23 @@ def curation(args) -> None:
     # every completion kept: the same command started again resumes, and No Memory's episodes are shared
     # with any other comparison that asks for them (skillos.llm.cache)
     env.setdefault("SKILLOS_LLM_CACHE", str(Path("~/.cache/skillos/llm-cache.sqlite").expanduser()))
-    print("$ " + " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+    if args.stream_per_type:
+        # one stream (and one repo) per task type, played side by side: a memory method plays its stream
+        # one task after another, so one stream keeps one of the server's slots busy; the types' streams
+        # fill the others. Each type's repo sees only its own type's experience.
+        types = [t.strip() for t in (args.task_type or "").split(",") if t.strip()]
+        if not types:
+            raise SystemExit("--stream-per-type needs --task-type with the types, comma-separated")
+        runs = [cmd + ["--task-type", t, "--out", str(out / t)] for t in types]
+    else:
+        runs = [cmd + (["--task-type", args.task_type] if args.task_type else []) + ["--out", str(out)]]
+    procs = []
+    for run in runs:
+        print("$ " + " ".join(run[2:]), flush=True)
+        procs.append(subprocess.Popen(run, cwd=ROOT, env=env))
+    failed = [" ".join(run[2:]) for run, proc in zip(runs, procs, strict=True) if proc.wait() != 0]
+    if failed:
+        raise SystemExit("failed: " + "; ".join(failed))
     for method in args.method.split(","):
         print(analyze(out, method.strip(), "none"))
 
@@ -174,16 +256,19 @@ def main() -> None:
                    "(e.g. gold,skillos,skillos-expert)")
     c.add_argument("--param", action="append", help="a method's parameter, as `skillos run --param`")
     c.add_argument("--acting", action="append", help="an executor option, as `skillos run --acting`")
+    c.add_argument("--stream-per-type", action="store_true",
+                   help="one stream (and repo) per --task-type type, played side by side, pooled in the analysis")
     c.add_argument("--out")
     a = sub.add_parser("analyze", help="paired statistics of a finished run folder")
-    a.add_argument("run_dir", type=Path)
+    a.add_argument("run_dir", type=Path, nargs="+", help="a run folder, or several (or the parent folder of "
+                   "a --stream-per-type comparison) pooled into one comparison")
     a.add_argument("--a", default="skillos")
     a.add_argument("--b", default="none")
     args = p.parse_args()
     if args.cmd == "curation":
         curation(args)
     else:
-        print(analyze(args.run_dir, args.a, args.b))
+        print(analyze(args.run_dir[0] if len(args.run_dir) == 1 else args.run_dir, args.a, args.b))
 
 
 if __name__ == "__main__":
