@@ -1,7 +1,7 @@
 """The agent-policy mode (`policy: agent`): GRPO of the agent that acts with skills in context, as
 SkillRL, SAPO and Skill1 train it, over the same task groups, services and loss as the curator mode.
 
-A rollout plays one task group with a method of `skillos run` (`harness.methods`): the episodes run
+A rollout plays one task group with a method of `skillos run` (`skillos.methods`): the episodes run
 through the executor service's own logic (`services.executor.serving.Executor`: prompts, parsing, env
 calls) in this process, with the policy as its LLM (`PolicyLLM`); the methods that train their skill
 work with the same policy (Skill1's query, rerank and distillation, SAPO's skill induction) call it
@@ -27,6 +27,9 @@ from typing import Any
 from services.trainer.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
 from services.trainer.rollout import EPISODE, GroupResult, PolicyLLM, PolicySample, RolloutFailed
 from skillos.logging import get_logger
+from skillos.methods import StreamContext, build_method, method_class
+from skillos.methods.bank import Bank
+from skillos.stream import StreamConfig, TaskSpec, run_stream
 
 log = get_logger("trainer.agent")
 
@@ -142,9 +145,6 @@ class _ActLLM:
 
 
 async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt: int, seed: int) -> AgentRolloutResult:
-    from harness.loop import StreamConfig, TaskSpec, run_stream
-    from harness.methods import method_class
-    from harness.methods.bank import Bank
     from services.executor.serving import Executor
 
     cls = method_class(ctx.method)
@@ -166,7 +166,8 @@ async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt
                               seed=seed, self_judge=False, run_id=ctx.run_id,
                               params={**ctx.params, **TRAINING_PARAMS.get(ctx.method, {})})
         writer = llm if ctx.method in POLICY_WRITES else ctx.teacher
-        records = await run_stream(tasks, config, executor=player, repo=ctx.repo_client, llm=writer)
+        records = await run_stream(tasks, build_method(config.method, config.params),
+                                   StreamContext(config, player, repo=ctx.repo_client, llm=writer))
         for r in records:
             if r.error:
                 raise RolloutFailed(f"task {r.position} ({r.task_id}): {r.error}")
@@ -259,17 +260,12 @@ class SkillRLBank:
     run finds it and goes on with it."""
 
     def __init__(self, ctx: AgentContext, name: str, every: int):
-        from harness.methods import build_method
-
         self.ctx, self.name, self.every = ctx, name, every
         # one round per call of `evolve`: the bank's rounds are counted in steps, not tasks
         self.method = build_method("skillrl", {**ctx.params, "evolve_every": 1})
         self.repos = [self.name, self.method.companion(self._stream(), "trajectories").name]
 
     def _stream(self):
-        from harness.loop import StreamConfig
-        from harness.methods import StreamContext
-
         config = StreamConfig(env=self.ctx.env, method="skillrl", repo=self.name, run_id=self.ctx.run_id)
         return StreamContext(config, executor=None, repo=self.ctx.repo_client, llm=self.ctx.teacher)
 

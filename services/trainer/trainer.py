@@ -28,6 +28,7 @@ from services.trainer.loss import clipped_surrogate_loss
 from services.trainer.policy import sequence_logprobs
 from services.trainer.rollout import GroupResult, PolicySample
 from skillos.logging import get_logger
+from skillos.methods import method_class
 
 log = get_logger("trainer")
 
@@ -132,8 +133,6 @@ def _mean(xs) -> float:
 
 def _method_measures(method: str, rollouts) -> dict[str, float | None]:
     """The method's own numbers (`Method.measures`) over the step's rollouts, averaged."""
-    from harness.methods import method_class
-
     per = [method_class(method).measures(r.records) for r in rollouts]
     keys = sorted({k for m in per for k in m})
     return {k: _mean(m[k] for m in per if m.get(k) is not None) for k in keys}
