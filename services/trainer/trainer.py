@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import random
 import time
@@ -29,6 +30,7 @@ from services.trainer.policy import sequence_logprobs
 from services.trainer.rollout import GroupResult, PolicySample
 from skillos.logging import get_logger
 from skillos.methods import method_class
+from skillos.settings import ActingSettings
 
 log = get_logger("trainer")
 
@@ -374,7 +376,6 @@ class Trainer:
 
     async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing, step: int):
         """The agent mode's rollout context, and SkillRL's run-long bank (None for the other methods)."""
-        from services.executor.settings import ExecutorSettings
         from services.trainer.agent import AgentContext, SkillRLBank, bank_name
         from services.trainer.agent_rewards import SegmentWeights
         from skillos.llm import LLMClient, LLMSettings
@@ -387,9 +388,11 @@ class Trainer:
         ctx = AgentContext(
             env=cfg.data.env, method=a.method, params=dict(a.params),
             # the episodes reach the env servers and the skill repo this trainer was pointed at
-            executor_settings=ExecutorSettings(**{k: getattr(self.settings, k) for k in ExecutorSettings.model_fields
-                                                  if hasattr(self.settings, k)}),
-            action_format=a.action_format, act_max_tokens=a.act_max_tokens, repo_client=repo_client,
+            # (SKILLOS_EXECUTOR_* say how the agent decides, as for the executor service; the format is this run's)
+            player=dataclasses.replace(ActingSettings(**{k: getattr(self.settings, k) for k in ActingSettings.model_fields
+                                                         if hasattr(self.settings, k)}).player_options(),
+                                       action_format=a.action_format),
+            act_max_tokens=a.act_max_tokens, repo_client=repo_client,
             tokenizer=tokenizer, batcher=batcher, grammars=grammars, teacher=teacher, run_id=run_id,
             max_prompt_tokens=cfg.max_prompt_tokens,
             weights=SegmentWeights(a.rerank_weight, a.distill_weight, a.generator_positive_weight),
