@@ -22,12 +22,15 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint
+from services.trainer.agent import AgentContext, SkillRLBank, agent_signal, bank_name, run_agent_group
+from services.trainer.agent_rewards import SegmentWeights
 from services.trainer.config import TrainConfig
 from services.trainer.data import GroupSampler
 from services.trainer.engine import build_engine, grad_norm, local_grad_norm
 from services.trainer.loss import clipped_surrogate_loss
 from services.trainer.policy import sequence_logprobs
-from services.trainer.rollout import GroupResult, PolicySample
+from services.trainer.rollout import GroupResult, PolicySample, run_group
+from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
 from skillos.settings import ActingSettings
@@ -317,9 +320,6 @@ class Trainer:
     async def _step(self, step, engine, tokenizer, ref, sampler, ctx,
                     sync) -> tuple[dict[str, Any], list[GroupResult]]:
         """One GRPO step: the metrics row of the step and the groups kept (not dropped)."""
-        from services.trainer.agent import run_agent_group
-        from services.trainer.rollout import run_group
-
         cfg = self.cfg
         play = run_agent_group if cfg.policy == "agent" else run_group
         batch = sampler.next_batch(cfg.groups_per_step)
@@ -350,8 +350,6 @@ class Trainer:
                      "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
         }
         if cfg.policy == "agent":
-            from services.trainer.agent import agent_signal
-
             return {**common,
                     "reward": {"outcome": _mean(r.outcome for r in rollouts)},
                     "signal": agent_signal(kept),
@@ -376,10 +374,6 @@ class Trainer:
 
     async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing, step: int):
         """The agent mode's rollout context, and SkillRL's run-long bank (None for the other methods)."""
-        from services.trainer.agent import AgentContext, SkillRLBank, bank_name
-        from services.trainer.agent_rewards import SegmentWeights
-        from skillos.llm import LLMClient, LLMSettings
-
         cfg, a = self.cfg, self.cfg.agent
         teacher = None
         if a.method == "skillrl":
