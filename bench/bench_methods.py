@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from bench.bench_learning import load_records, run_header
-from harness.methods import METHODS
 from harness.stats import paired
+from skillos.methods import METHODS
 from skillos.skills import parse
 
 ROOT = Path(__file__).resolve().parent.parent

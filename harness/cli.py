@@ -91,7 +91,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         """The methods `skillos run --method` plays, with their parameters (`--param KEY=VALUE`) and defaults."""
         import sys
 
-        from harness.methods import METHODS
+        from skillos.methods import METHODS
 
         for name, cls in METHODS.items():
             lead = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
@@ -148,11 +148,11 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from harness.attach import env_problems, free_port_offset, llm_problems
-        from harness.methods import METHODS, MethodConfigError, method_params
         from harness.runner import RunOptions, run_job
         from harness.stack import ENVS, Stack, healthy, running_stack, stack_dir
         from skillos.acting.options import from_pairs
         from skillos.cli.common import fail
+        from skillos.methods import METHODS, MethodConfigError, method_params
         from skillos.protocol.skillrepo import SEARCH_MODES
         from skillos.settings import StackSettings
 

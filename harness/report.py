@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.loop import TaskRecord
-from harness.methods import METHODS
-from harness.methods.base import mean as _mean
+from skillos.methods import METHODS
+from skillos.methods.base import mean as _mean
+from skillos.stream import TaskRecord
 
 
 @dataclass

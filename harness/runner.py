@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.loop import StreamConfig, TaskRecord, TaskSpec, run_stream
-from harness.methods import METHODS
 from harness.report import (
     RunLog,
     StreamRun,
@@ -26,6 +24,8 @@ from skillos.clients.curator import AsyncCuratorClient
 from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.methods import METHODS, StreamContext, build_method
+from skillos.stream import StreamConfig, TaskRecord, TaskSpec, run_stream
 
 # the methods' first dense search on a fresh skill repo loads its encoder (~8 s idle, more on a busy machine)
 REPO_TIMEOUT_S = 180.0
@@ -36,7 +36,7 @@ DEFAULT_SPLITS = {"alfworld": "valid_seen", "webshop": "test", "reasoning": "tes
 class RunOptions:
     env: str
     split: str | None  # None: the env's usual evaluation split (see default_split)
-    methods: list[str]  # names of `harness.methods.METHODS`, played on the same tasks
+    methods: list[str]  # names of `skillos.methods.METHODS`, played on the same tasks
     limit: int | None = None
     task_type: str | None = None  # only tasks of these types, comma-separated (pick,clean; gsm_symbolic,chain_sum)
     per_type: int | None = None   # the first N tasks of each type (a balanced sample), before limit
@@ -185,9 +185,9 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
                                   curator_temperature=opts.curator_temperature, run_id=run_id,
                                   params=opts.params.get(method, {}))
-            records = await run_stream(order_tasks(tasks, opts.order, seed), stream, executor=executor,
-                                       curator=curator if METHODS[method].uses_curator else None, repo=repo_client,
-                                       llm=writer if METHODS[method].uses_writer else None,
+            ctx = StreamContext(stream, executor, curator=curator if METHODS[method].uses_curator else None,
+                                repo=repo_client, llm=writer if METHODS[method].uses_writer else None)
+            records = await run_stream(order_tasks(tasks, opts.order, seed), build_method(method, stream.params), ctx,
                                        semaphore=semaphore, on_task=lambda r, m=method: ended(m, r))
             return StreamRun(method=method, seed=seed, repo=repo, records=records)
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from skillos.acting.options import ActingOptions, PlayerOptions
 
 if TYPE_CHECKING:
     from skillos.curation.options import CurationOptions
@@ -55,6 +58,35 @@ class EnvAddresses(CommonSettings):
         """Where the env server of ``env`` (alfworld, webshop, reasoning) is: ``SKILLOS_<ENV>_URL``.
         The one env-name -> URL mapping; an unknown env raises KeyError."""
         return {"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url}[env]
+
+
+class ActingSettings(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
+    """How episodes are played in process (`skillos.acting.player.EpisodePlayer`): the env servers and
+    the skill repo they reach, and how the executor decides when a request does not say. The executor
+    service's settings, and the trainer's for its agent-policy mode (the same ``SKILLOS_EXECUTOR_*``)."""
+
+    # HTTP timeout towards env servers and the skill repo
+    executor_upstream_timeout_s: float = Field(120.0, gt=0)
+    # completion budget of the single reasoning turn when the request does not set sampling.max_tokens
+    executor_reasoning_max_tokens: int = Field(512, ge=16)
+    # how a decision is asked for: "json" = a JSON schema (thought + one admissible action) the backend
+    # decodes under (llama.cpp, vLLM and OpenAI-style APIs support it); "tags" = <think>/<action> text
+    executor_action_format: Literal["json", "tags"] = "json"
+    # how the executor decides when a request does not say (skillos.acting.options.ActingOptions)
+    executor_state_line: bool = True
+    executor_hold_back: bool = True
+    executor_demos: Literal["generic", "expert"] = "expert"
+    executor_demos_per_type: int = Field(1, ge=0, le=3)
+
+    def player_options(self) -> PlayerOptions:
+        """What an `EpisodePlayer` built from these settings reaches, and how it decides by default."""
+        return PlayerOptions(
+            env_urls={"alfworld": self.alfworld_url, "webshop": self.webshop_url, "reasoning": self.reasoning_url},
+            skillrepo_url=self.skillrepo_url, api_token=self.api_token or None,
+            timeout_s=self.executor_upstream_timeout_s, reasoning_max_tokens=self.executor_reasoning_max_tokens,
+            action_format=self.executor_action_format,
+            acting=ActingOptions(state_line=self.executor_state_line, hold_back=self.executor_hold_back,
+                                 demos=self.executor_demos, demos_per_type=self.executor_demos_per_type))
 
 
 class EnvDataSettings(CommonSettings):

@@ -1,4 +1,4 @@
-"""The executor's logic: ReAct episodes over an env server, single decisions, self-judging.
+"""The executor service's logic: episodes (`skillos.acting.player`), single decisions, self-judging.
 
 Routes (api_router.py) only translate HTTP to these methods. What fails where:
 - bad task / unknown repo (the env or skill repo answers 4xx) -> that 4xx to the caller;
@@ -14,9 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
-import uuid
-from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 
@@ -24,8 +21,10 @@ from services.executor.settings import ExecutorSettings
 from skillos.acting import episode as acting
 from skillos.acting.options import ActingOptions
 from skillos.acting.parse import parse_action
+from skillos.acting.player import EpisodePlayer, token_count
 from skillos.acting.prompt import JUDGE_SCHEMA, agent_messages, avoided, judge_messages
 from skillos.clients.envs import AsyncEnvClient, EnvError
+from skillos.clients.skillrepo import SkillRepoError
 from skillos.errors import APIError
 from skillos.llm import ChatResult, LLMClient, LLMError, LLMSettings
 from skillos.logging import get_logger
@@ -38,8 +37,6 @@ from skillos.protocol.executor import (
     JudgeResponse,
     RetrievedSkill,
     SkillText,
-    Timing,
-    TokenCount,
 )
 from skillos.protocol.skillrepo import SearchMode
 
@@ -56,26 +53,7 @@ OVERHEAD_SECONDS = Histogram("skillos_executor_turn_overhead_seconds",
 _VERDICT = re.compile(r"verdict\s*[:：]?\s*\**\s*(success|failure|yes|no|true|false|correct|incorrect)", re.IGNORECASE)
 
 
-def _tokens(results: Sequence[ChatResult]) -> TokenCount:
-    p = sum(r.usage.prompt_tokens for r in results)
-    c = sum(r.usage.completion_tokens for r in results)
-    return TokenCount(prompt=p, completion=c, total=p + c)
-
-
 _close_tags = acting.close_tags  # the tests' name for it
-
-
-class _Session:
-    """An open env session as `skillos.acting.episode.EnvSession`."""
-
-    def __init__(self, client: AsyncEnvClient, session_id: str):
-        self.client, self.session_id = client, session_id
-
-    async def step(self, action: str):
-        try:
-            return await self.client.step(self.session_id, action)
-        except EnvError as e:
-            raise acting.EnvFailed(e.message) from e
 
 
 def _env_error_to_api(e: EnvError, what: str) -> APIError:
@@ -86,6 +64,12 @@ def _env_error_to_api(e: EnvError, what: str) -> APIError:
                         headers={"Retry-After": str(int(e.retry_after or 1))})
     status = e.status if e.status in (400, 404, 409, 422) else 400
     return APIError(status, e.code, f"{what}: {e.message}", e.details)
+
+
+def _repo_error_to_api(e: SkillRepoError) -> APIError:
+    if 400 <= e.status < 500:
+        return APIError(e.status if e.status in (404, 422) else 400, e.code, f"skill repo: {e.message}")
+    return APIError(502, "upstream_unavailable", f"skill repo: {e.message}")
 
 
 def read_judgement(text: str) -> tuple[bool, bool, str]:
@@ -114,114 +98,54 @@ def parse_verdict(text: str) -> tuple[bool, bool]:
     return False, False
 
 
-class SkillSource:
-    """Top-k skills from the skill repo service."""
-
-    def __init__(self, base_url: str, token: str | None, timeout: float):
-        from skillos.clients.skillrepo import AsyncSkillRepoClient
-
-        self._client = AsyncSkillRepoClient(base_url, token=token or None, timeout=timeout)
-
-    async def search(self, repo: str, query: str, k: int, mode: SearchMode = "bm25") -> list[RetrievedSkill]:
-        hits = await self._client.search(repo, query, k, mode)
-        return [RetrievedSkill(name=h.name, description=h.description, version=h.version, score=h.score,
-                               body=h.body) for h in hits]
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
 class Executor:
-    """``llm``: any `ChatLLM`-like backend in place of the HTTP client of the executor role (the trainer's
-    agent-policy mode drives these episodes with the policy it trains)."""
+    """The episodes are `skillos.acting.player.EpisodePlayer`'s (the trainer's agent-policy mode plays the
+    same with its policy); the service adds the concurrency limit, the metrics and the HTTP errors.
+    ``llm``: any `ChatLLM`-like backend in place of the HTTP client of the executor role."""
 
     def __init__(self, settings: ExecutorSettings, llm_settings: LLMSettings | None = None, llm=None):
         self.settings = settings
-        self.llm = llm if llm is not None else LLMClient(llm_settings or LLMSettings.for_role("executor"))
-        self._envs: dict[str, AsyncEnvClient] = {}
-        self._skills: SkillSource | None = None
+        llm = llm if llm is not None else LLMClient(llm_settings or LLMSettings.for_role("executor"))
+        self.player = EpisodePlayer(llm, settings.player_options())
         self._slots = asyncio.Semaphore(settings.executor_max_concurrent_episodes)
-        self.action_format = settings.executor_action_format
+
+    @property
+    def llm(self):
+        return self.player.llm
+
+    @property
+    def action_format(self) -> str:
+        return self.player.action_format
 
     def _decision_format(self, admissible: list[str] | None, avoid: list[str] = ()) -> dict:
         return acting.decision_format(self.action_format, admissible, avoid)
 
     def acting_options(self, requested: ActingOptions | None) -> ActingOptions:
-        if requested is not None:
-            return requested
-        s = self.settings
-        return ActingOptions(state_line=s.executor_state_line, hold_back=s.executor_hold_back,
-                             demos=s.executor_demos, demos_per_type=s.executor_demos_per_type)
+        return self.player.acting_options(requested)
 
     async def aclose(self) -> None:
-        await self.llm.aclose()
-        for c in self._envs.values():
-            await c.aclose()
-        if self._skills is not None:
-            await self._skills.aclose()
+        await self.player.aclose()
 
     def env(self, name: str) -> AsyncEnvClient:
-        if name not in self._envs:
-            self._envs[name] = AsyncEnvClient(self.settings.env_url(name), token=self.settings.api_token or None,
-                                              timeout=self.settings.executor_upstream_timeout_s)
-        return self._envs[name]
+        return self.player.env(name)
 
     async def skills_for(self, query: str, repo: str | None, inline: list[SkillText] | None,
                          k: int, mode: SearchMode = "bm25") -> list[RetrievedSkill]:
-        if inline is not None:
-            return [RetrievedSkill(name=s.name, description=s.description, version=s.version, body=s.body)
-                    for s in inline[:k]]
-        if repo is None or k == 0:
-            return []
-        if self._skills is None:
-            self._skills = SkillSource(self.settings.skillrepo_url, self.settings.api_token,
-                                       self.settings.executor_upstream_timeout_s)
-        from skillos.clients.skillrepo import SkillRepoError
-
         try:
-            return await self._skills.search(repo, query, k, mode)
+            return await self.player.retrieve(query, repo, inline, k, mode)
         except SkillRepoError as e:
-            if 400 <= e.status < 500:
-                raise APIError(e.status if e.status in (404, 422) else 400, e.code,
-                               f"skill repo: {e.message}") from e
-            raise APIError(502, "upstream_unavailable", f"skill repo: {e.message}") from e
+            raise _repo_error_to_api(e) from e
 
     # ---------------------------------------------------------------- episodes
     async def run_episode(self, req: EpisodeRequest) -> EpisodeResponse:
         async with self._slots:
-            return await self._episode(req)
-
-    async def _episode(self, req: EpisodeRequest) -> EpisodeResponse:
-        start = time.perf_counter()
-        env = self.env(req.env)
-        env_s = 0.0
-        try:
-            t = time.perf_counter()
-            created = await env.create_session(task_id=req.task_id, split=req.split, index=req.index,
-                                               seed=req.seed)
-            env_s += time.perf_counter() - t
-        except EnvError as e:
-            raise _env_error_to_api(e, f"{req.env} env at {env.base_url}") from e
-        try:
-            t = time.perf_counter()
-            skills = await self.skills_for(created.task.instruction, req.repo, req.skills, req.k, req.retrieval)
-            retrieval_s = time.perf_counter() - t
-            if req.env == "reasoning":
-                resp = await self._reasoning(req, created, skills)
-            else:
-                resp = await self._react(req, created, skills)
-        finally:
-            t = time.perf_counter()
             try:
-                await env.close_session(created.session_id)
-            except EnvError:
-                pass  # a finished session may already be gone; the env reaps idle ones anyway
-            env_s += time.perf_counter() - t
+                resp = await self.player.play(req, on_turn=lambda turn: TURNS.labels(req.env, turn.parse).inc())
+            except EnvError as e:  # the session could not be opened
+                raise _env_error_to_api(e, f"{req.env} env at {self.env(req.env).base_url}") from e
+            except SkillRepoError as e:
+                raise _repo_error_to_api(e) from e
         timing = resp.timing
-        timing.env_s += env_s
-        timing.retrieval_s = retrieval_s
-        timing.total_s = time.perf_counter() - start
-        timing.overhead_s = max(0.0, timing.total_s - timing.llm_s - timing.env_s - timing.retrieval_s)
         if resp.steps:
             OVERHEAD_SECONDS.observe(timing.overhead_s / resp.steps)
         EPISODES.labels(req.env, resp.stop_reason).inc()
@@ -229,36 +153,6 @@ class Executor:
         log.info("episode", env=req.env, task_id=resp.task_id, success=resp.success, steps=resp.steps,
                  stop_reason=resp.stop_reason, seconds=round(timing.total_s, 2))
         return resp
-
-    def _response(self, req, created, skills, turns, results, *, success, reward, stop_reason, error,
-                  llm_s, env_s, final_answer="") -> EpisodeResponse:
-        return EpisodeResponse(
-            episode_id=uuid.uuid4().hex, env=req.env, task_id=created.task.id, task_type=created.task.type,
-            instruction=created.task.instruction, repo=req.repo, success=success and stop_reason == "won",
-            reward=reward, steps=len(turns), stop_reason=stop_reason, error=error, final_answer=final_answer,
-            turns=turns, skills=skills, tokens=_tokens(results), timing=Timing(llm_s=llm_s, env_s=env_s),
-            invalid_actions=sum(1 for t in turns if not t.valid))
-
-    async def _react(self, req: EpisodeRequest, created, skills: list[RetrievedSkill]) -> EpisodeResponse:
-        out = await acting.react(
-            self.llm, _Session(self.env(req.env), created.session_id), env_name=req.env,
-            task=created.task.instruction, task_type=created.task.type, task_id=created.task.id,
-            observation=created.observation,
-            admissible=created.admissible_actions, skills=skills, max_turns=req.max_turns,
-            history_len=req.history_len, sampling=req.sampling, seed=req.seed, action_format=self.action_format,
-            options=self.acting_options(req.acting),
-            on_turn=lambda turn: TURNS.labels(req.env, turn.parse).inc())
-        return self._response(req, created, skills, out.turns, out.results, success=out.won, reward=out.reward,
-                              stop_reason=out.stop_reason, error=out.error, llm_s=out.llm_s, env_s=out.env_s)
-
-    async def _reasoning(self, req: EpisodeRequest, created, skills: list[RetrievedSkill]) -> EpisodeResponse:
-        out = await acting.reason(self.llm, _Session(self.env(req.env), created.session_id),
-                                  problem=created.observation, skills=skills, sampling=req.sampling,
-                                  max_tokens=req.sampling.max_tokens or self.settings.executor_reasoning_max_tokens,
-                                  seed=req.seed)
-        return self._response(req, created, skills, out.turns, out.results, success=out.won, reward=out.reward,
-                              stop_reason=out.stop_reason, error=out.error, llm_s=out.llm_s, env_s=out.env_s,
-                              final_answer=out.final_answer)
 
     # ---------------------------------------------------------------- single decisions
     async def act(self, req: ActRequest) -> ActResponse:
@@ -277,7 +171,7 @@ class Executor:
                                       **self._decision_format(req.admissible_actions, avoid))
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
-                           valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=_tokens([res]),
+                           valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=token_count([res]),
                            latency_s=res.latency_s, completion=res.content)
 
     async def judge(self, req: JudgeRequest) -> JudgeResponse:
@@ -293,7 +187,7 @@ class Executor:
                                       **fmt)
         success, parsed, reason = read_judgement(res.content)
         return JudgeResponse(success=success, parsed=parsed, reason=reason, completion=res.content,
-                             tokens=_tokens([res]), latency_s=res.latency_s)
+                             tokens=token_count([res]), latency_s=res.latency_s)
 
     async def _chat_or_502(self, messages, sampling, seed, stop=None, response_format=None) -> ChatResult:
         try:

@@ -1,11 +1,11 @@
 """The agent-policy mode (`policy: agent`): GRPO of the agent that acts with skills in context, as
 SkillRL, SAPO and Skill1 train it, over the same task groups, services and loss as the curator mode.
 
-A rollout plays one task group with a method of `skillos run` (`harness.methods`): the episodes run
-through the executor service's own logic (`services.executor.serving.Executor`: prompts, parsing, env
-calls) in this process, with the policy as its LLM (`PolicyLLM`); the methods that train their skill
-work with the same policy (Skill1's query, rerank and distillation, SAPO's skill induction) call it
-too. Every completion is kept with its segment, task and episode, and `agent_rewards` gives it its
+A rollout plays one task group with a method of `skillos run` (`skillos.methods`): the episodes run
+through the executor's own logic (`skillos.acting.player.EpisodePlayer`, what the executor service
+serves: prompts, parsing, env calls) in this process, with the policy as its LLM (`PolicyLLM`); the
+methods that train their skill work with the same policy (Skill1's query, rerank and distillation,
+SAPO's skill induction) call it too. Every completion is kept with its segment, task and episode, and `agent_rewards` gives it its
 advantage. The method learns from the environment's verdict (training tasks have one).
 
 Where the methods' libraries live:
@@ -19,14 +19,24 @@ Where the methods' libraries live:
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from services.trainer.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
-from services.trainer.rollout import EPISODE, GroupResult, PolicyLLM, PolicySample, RolloutFailed
+from services.trainer.rollout import EPISODE, GroupResult, PolicyLLM, PolicySample, RolloutFailed, run_group
+from skillos.acting.options import PlayerOptions
+from skillos.acting.player import EpisodePlayer
+from skillos.clients.skillrepo import SkillRepoError
 from skillos.logging import get_logger
+from skillos.methods import StreamContext, build_method, method_class
+from skillos.methods.bank import Bank
+from skillos.stream import StreamConfig, TaskSpec, run_stream
 
 log = get_logger("trainer.agent")
 
@@ -47,18 +57,18 @@ def outcome(episode) -> float:
 
 
 class PolicyExecutor:
-    """`ExecutorLike` in process: the executor service's episodes, driven by the policy. Each decision
-    the policy samples is tagged with its episode (`EPISODE`) and each episode's outcome kept."""
+    """`ExecutorLike` in process: the executor's episodes (`EpisodePlayer`), driven by the policy. Each
+    decision the policy samples is tagged with its episode (`EPISODE`) and each episode's outcome kept."""
 
-    def __init__(self, executor, llm: PolicyLLM):
-        self.executor, self.llm = executor, llm
+    def __init__(self, player: EpisodePlayer, llm: PolicyLLM):
+        self.player, self.llm = player, llm
         self.outcomes: dict[str, float] = {}      # episode key -> r, in play order
 
     async def episode(self, request):
         key = uuid.uuid4().hex[:12]
         token = EPISODE.set(key)
         try:
-            response = await self.executor.run_episode(request)
+            response = await self.player.play(request)
         finally:
             EPISODE.reset(token)
         if response.error:       # the policy or an env failed: the rollout is retried, not scored
@@ -70,7 +80,7 @@ class PolicyExecutor:
         raise RolloutFailed("agent training learns from the environment's verdict: the stream runs with self_judge off")
 
     async def aclose(self) -> None:
-        await self.executor.aclose()
+        await self.player.aclose()
 
 
 @dataclass
@@ -110,8 +120,7 @@ class AgentContext:
     env: str
     method: str
     params: dict[str, Any]
-    executor_settings: Any        # ExecutorSettings: env servers and skill repo the episodes use
-    action_format: str
+    player: PlayerOptions         # env servers and skill repo the episodes use, how the agent decides
     act_max_tokens: int
     repo_client: Any
     tokenizer: Any
@@ -142,11 +151,6 @@ class _ActLLM:
 
 
 async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt: int, seed: int) -> AgentRolloutResult:
-    from harness.loop import StreamConfig, TaskSpec, run_stream
-    from harness.methods import method_class
-    from harness.methods.bank import Bank
-    from services.executor.serving import Executor
-
     cls = method_class(ctx.method)
     # 100: room for the companions' suffixes (`-trajectories`) under the repo name limit of 128
     repo = f"{ctx.run_id}-s{step}-{group.id}-r{n}-a{attempt}"[-100:].lstrip("-") if cls.uses_repo else None
@@ -157,16 +161,15 @@ async def run_agent_rollout(ctx: AgentContext, group, n: int, step: int, attempt
         else:
             await ctx.repo_client.create_repo(repo)
     llm = PolicyLLM(ctx.batcher, ctx.tokenizer, ctx.max_prompt_tokens, ctx.model_name, ctx.grammars)
-    executor = Executor(ctx.executor_settings, llm=_ActLLM(llm, ctx.act_max_tokens))
-    executor.action_format = ctx.action_format
-    player = PolicyExecutor(executor, llm)
+    player = PolicyExecutor(EpisodePlayer(_ActLLM(llm, ctx.act_max_tokens), ctx.player), llm)
     try:
         tasks = [TaskSpec(id=t.id, type=t.type, instruction=t.instruction) for t in group.tasks]
         config = StreamConfig(env=ctx.env, method=ctx.method, repo=repo, k=ctx.top_k, max_turns=ctx.max_turns,
                               seed=seed, self_judge=False, run_id=ctx.run_id,
                               params={**ctx.params, **TRAINING_PARAMS.get(ctx.method, {})})
         writer = llm if ctx.method in POLICY_WRITES else ctx.teacher
-        records = await run_stream(tasks, config, executor=player, repo=ctx.repo_client, llm=writer)
+        records = await run_stream(tasks, build_method(config.method, config.params),
+                                   StreamContext(config, player, repo=ctx.repo_client, llm=writer))
         for r in records:
             if r.error:
                 raise RolloutFailed(f"task {r.position} ({r.task_id}): {r.error}")
@@ -203,8 +206,6 @@ def _plays(records, samples: list[PolicySample], outcomes: dict[str, float]) -> 
 async def run_agent_group(ctx: AgentContext, group, n_rollouts: int, step: int, retries: int,
                           seed: int) -> GroupResult:
     """`rollout.run_group` with agent rollouts and per-segment credit."""
-    from services.trainer.rollout import run_group
-
     return await run_group(ctx, group, n_rollouts, step, retries, seed, rollout=run_agent_rollout,
                            credit=lambda g: credit(g, ctx.weights))
 
@@ -220,8 +221,6 @@ def credit(group: GroupResult, weights: SegmentWeights) -> None:
 
 def agent_signal(groups: list[GroupResult]) -> dict[str, Any]:
     """Is there anything to learn from? Per segment: samples and mean |A|; act groups whose outcomes differ."""
-    from collections import defaultdict
-
     count, magnitude = defaultdict(int), defaultdict(float)
     for g in groups:
         for r in g.rollouts:
@@ -243,10 +242,6 @@ def agent_signal(groups: list[GroupResult]) -> dict[str, Any]:
 def bank_name(output_dir) -> str:
     """SkillRL's bank of the run in ``output_dir``: its folder name, made a valid repo name, and a hash of
     the whole path (two runs in folders of the same name never share a bank)."""
-    import hashlib
-    import re
-    from pathlib import Path
-
     path = Path(output_dir).resolve()
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-._")[:60] or "run"
     return f"{stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}-skillrl-bank"
@@ -259,17 +254,12 @@ class SkillRLBank:
     run finds it and goes on with it."""
 
     def __init__(self, ctx: AgentContext, name: str, every: int):
-        from harness.methods import build_method
-
         self.ctx, self.name, self.every = ctx, name, every
         # one round per call of `evolve`: the bank's rounds are counted in steps, not tasks
         self.method = build_method("skillrl", {**ctx.params, "evolve_every": 1})
         self.repos = [self.name, self.method.companion(self._stream(), "trajectories").name]
 
     def _stream(self):
-        from harness.loop import StreamConfig
-        from harness.methods import StreamContext
-
         config = StreamConfig(env=self.ctx.env, method="skillrl", repo=self.name, run_id=self.ctx.run_id)
         return StreamContext(config, executor=None, repo=self.ctx.repo_client, llm=self.ctx.teacher)
 
@@ -278,8 +268,6 @@ class SkillRLBank:
         fork of `rollout.seed_repo` when given), replacing what an earlier run in the same output
         directory left; a resumed run goes on with it, its trajectories of steps after the checkpoint
         (to be played again) dropped."""
-        from skillos.clients.skillrepo import SkillRepoError
-
         exists = True
         try:
             await self.ctx.repo_client.get_repo(self.name)

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from skillos.methods import MethodConfigError, build_method
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -145,7 +147,6 @@ class TrainConfig(_Strict):
             if self.sync.backend != "inprocess":
                 raise ValueError("policy=agent samples the agent in the trainer's process: set sync.backend=inprocess "
                                  "(a vLLM-served agent policy is not supported yet)")
-            from harness.methods import MethodConfigError, build_method
             try:
                 build_method(self.agent.method, self.agent.params)
             except MethodConfigError as e:

@@ -1,6 +1,6 @@
 """Rollouts: one pass of the curator policy over a whole task group, on its own fresh repo.
 
-The stream itself is `harness.loop.run_stream` (executor episode over HTTP → self-judge
+The stream itself is `skillos.stream.run_stream` with the SkillOS method (`skillos.methods`) (executor episode over HTTP → self-judge
 → curate → ops applied by the skill repo), so training sees exactly the production loop. Each
 curation decision is `skillos.curation.curate` (prompt, parsing, validation, non-atomic apply with
 per-op verdicts: the code the curator service runs), with either
@@ -25,7 +25,12 @@ from typing import Any
 from services.trainer.policy import GenerationBatcher, encode_prompt
 from services.trainer.rewards import Decision, RewardParts, composite_reward, group_advantages
 from skillos.curation import OP_NAMES, ChatLLM, CurationOptions, curate, parse_curator_output
+from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
+from skillos.methods import StreamContext, build_method
+from skillos.methods.writer import PURPOSE
+from skillos.protocol.curator import ContentJudgeRequest, ContentOp
+from skillos.stream import TASK_POSITION, StreamConfig, TaskSpec, run_stream
 
 log = get_logger("trainer.rollout")
 
@@ -41,7 +46,7 @@ class PolicySample:
     group_id: str = ""
     rollout: int = 0
     constraint: Any = None       # the SchemaConstraint it was sampled under (the loss replays it)
-    segment: str = "curate"      # agent mode: act, query, rerank, distill, induce (`harness.methods.writer.PURPOSE`)
+    segment: str = "curate"      # agent mode: act, query, rerank, distill, induce (`skillos.methods.writer.PURPOSE`)
     position: int = -1           # agent mode: the task of the group it belongs to
     episode: str | None = None   # agent mode, act: the episode it is a decision of
 
@@ -98,10 +103,6 @@ class PolicyLLM:
                    stop: list[str] | None = None, **_ignored: Any):
         # the temperature is the trainer's (the log-probs of the loss are taken at it), not the caller's;
         # max_tokens is honoured below the trainer's max_response_tokens
-        from harness.loop import TASK_POSITION
-        from harness.methods.writer import PURPOSE
-        from skillos.llm.client import ChatResult, Usage
-
         prompt_ids, truncated = encode_prompt(self.tokenizer, messages, self.max_prompt_tokens)
         self.truncated_prompts += truncated
         constraint = self.grammars.for_response_format(response_format) if self.grammars else None
@@ -178,8 +179,6 @@ class ScoringCurator:
         return response
 
     async def _judge(self, response, task: str) -> float:
-        from skillos.protocol.curator import ContentJudgeRequest, ContentOp
-
         ops = []
         for c in response.calls:
             if not c.applied or c.name not in ("new_skill_insert", "skill_update"):
@@ -239,8 +238,6 @@ class RolloutContext:
 
 
 async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: int, seed: int) -> RolloutResult:
-    from harness.loop import StreamConfig, TaskSpec, run_stream
-
     repo = f"{ctx.run_id}-s{step}-{group.id}-r{n}-a{attempt}"[-128:].lstrip("-")
     start = time.perf_counter()
     if ctx.seed_repo:
@@ -258,7 +255,8 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
         tasks = [TaskSpec(id=t.id, type=t.type, instruction=t.instruction) for t in group.tasks]
         config = StreamConfig(env=ctx.env, method="skillos", repo=repo, k=ctx.top_k, max_turns=ctx.max_turns,
                               seed=seed)
-        records = await run_stream(tasks, config, executor=ctx.executor, curator=curator, repo=ctx.repo_client)
+        records = await run_stream(tasks, build_method(config.method), StreamContext(
+            config, ctx.executor, curator=curator, repo=ctx.repo_client))
         for r in records:
             if r.error:
                 raise RolloutFailed(f"task {r.position} ({r.task_id}): {r.error}")

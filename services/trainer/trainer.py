@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import random
 import time
@@ -21,13 +22,18 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint
+from services.trainer.agent import AgentContext, SkillRLBank, agent_signal, bank_name, run_agent_group
+from services.trainer.agent_rewards import SegmentWeights
 from services.trainer.config import TrainConfig
 from services.trainer.data import GroupSampler
 from services.trainer.engine import build_engine, grad_norm, local_grad_norm
 from services.trainer.loss import clipped_surrogate_loss
 from services.trainer.policy import sequence_logprobs
-from services.trainer.rollout import GroupResult, PolicySample
+from services.trainer.rollout import GroupResult, PolicySample, run_group
+from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
+from skillos.methods import method_class
+from skillos.settings import ActingSettings
 
 log = get_logger("trainer")
 
@@ -132,8 +138,6 @@ def _mean(xs) -> float:
 
 def _method_measures(method: str, rollouts) -> dict[str, float | None]:
     """The method's own numbers (`Method.measures`) over the step's rollouts, averaged."""
-    from harness.methods import method_class
-
     per = [method_class(method).measures(r.records) for r in rollouts]
     keys = sorted({k for m in per for k in m})
     return {k: _mean(m[k] for m in per if m.get(k) is not None) for k in keys}
@@ -316,9 +320,6 @@ class Trainer:
     async def _step(self, step, engine, tokenizer, ref, sampler, ctx,
                     sync) -> tuple[dict[str, Any], list[GroupResult]]:
         """One GRPO step: the metrics row of the step and the groups kept (not dropped)."""
-        from services.trainer.agent import run_agent_group
-        from services.trainer.rollout import run_group
-
         cfg = self.cfg
         play = run_agent_group if cfg.policy == "agent" else run_group
         batch = sampler.next_batch(cfg.groups_per_step)
@@ -349,8 +350,6 @@ class Trainer:
                      "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
         }
         if cfg.policy == "agent":
-            from services.trainer.agent import agent_signal
-
             return {**common,
                     "reward": {"outcome": _mean(r.outcome for r in rollouts)},
                     "signal": agent_signal(kept),
@@ -375,11 +374,6 @@ class Trainer:
 
     async def _agent_context(self, tokenizer, batcher, grammars, repo_client, run_id, closing, step: int):
         """The agent mode's rollout context, and SkillRL's run-long bank (None for the other methods)."""
-        from services.executor.settings import ExecutorSettings
-        from services.trainer.agent import AgentContext, SkillRLBank, bank_name
-        from services.trainer.agent_rewards import SegmentWeights
-        from skillos.llm import LLMClient, LLMSettings
-
         cfg, a = self.cfg, self.cfg.agent
         teacher = None
         if a.method == "skillrl":
@@ -388,9 +382,11 @@ class Trainer:
         ctx = AgentContext(
             env=cfg.data.env, method=a.method, params=dict(a.params),
             # the episodes reach the env servers and the skill repo this trainer was pointed at
-            executor_settings=ExecutorSettings(**{k: getattr(self.settings, k) for k in ExecutorSettings.model_fields
-                                                  if hasattr(self.settings, k)}),
-            action_format=a.action_format, act_max_tokens=a.act_max_tokens, repo_client=repo_client,
+            # (SKILLOS_EXECUTOR_* say how the agent decides, as for the executor service; the format is this run's)
+            player=dataclasses.replace(ActingSettings(**{k: getattr(self.settings, k) for k in ActingSettings.model_fields
+                                                         if hasattr(self.settings, k)}).player_options(),
+                                       action_format=a.action_format),
+            act_max_tokens=a.act_max_tokens, repo_client=repo_client,
             tokenizer=tokenizer, batcher=batcher, grammars=grammars, teacher=teacher, run_id=run_id,
             max_prompt_tokens=cfg.max_prompt_tokens,
             weights=SegmentWeights(a.rerank_weight, a.distill_weight, a.generator_positive_weight),

@@ -5,6 +5,7 @@ with skills); bench/RESULTS-learning.md ("the executor that explores") measures 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +27,20 @@ class ActingOptions(BaseModel):
         "played by ALFWorld's handcoded expert on valid_train (never an evaluation split, never the task's own "
         "floorplan)"))
     demos_per_type: int = Field(1, ge=0, le=3, description="expert demonstrations shown per episode")
+
+
+@dataclass(frozen=True)
+class PlayerOptions:
+    """What an in-process episode player (`skillos.acting.player.EpisodePlayer`) reaches and how it asks:
+    `skillos.settings.ActingSettings.player_options` reads them from the environment."""
+
+    env_urls: dict[str, str]          # env name (alfworld, webshop, reasoning) -> its server
+    skillrepo_url: str
+    api_token: str | None = None
+    timeout_s: float = 120.0          # HTTP timeout towards the env servers and the skill repo
+    reasoning_max_tokens: int = 512   # the reasoning turn's budget when a request does not set one
+    action_format: Literal["json", "tags"] = "json"
+    acting: ActingOptions = field(default_factory=ActingOptions)  # when a request does not say
 
 
 def from_pairs(pairs: list[str]) -> ActingOptions | None:

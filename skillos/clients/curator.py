@@ -4,7 +4,7 @@
         resp = await c.curate(CurateRequest(...))        # -> CurateResponse
         score = await c.judge_content(ContentJudgeRequest(...))
 
-It satisfies `harness.loop.CuratorLike`, so the stream loop can use it or an in-process
+It satisfies `skillos.stream.CuratorLike`, so the stream loop can use it or an in-process
 policy interchangeably. Errors: `CuratorError(status, code, message)`; status 0 when unreachable.
 """
 

@@ -15,7 +15,6 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.loop import OpRecord, TaskRecord
 from harness.report import (
     RunLog,
     StreamRun,
@@ -25,6 +24,7 @@ from harness.report import (
     write_task_records,
 )
 from skillos.clients.skillrepo import SkillRepoClient
+from skillos.stream import OpRecord, TaskRecord
 
 TYPES = ("pick", "clean", "heat", "cool", "look", "pick2")
 OBJECTS = ("apple", "mug", "potato", "egg", "tomato", "bread", "lettuce", "cup", "plate", "knife")

@@ -92,9 +92,11 @@ def collect() -> Inventory:
         defined = [obj for obj in vars(mod).values()
                    if isinstance(obj, type) and issubclass(obj, common.CommonSettings) and obj.__module__ == module]
         if defined:
-            # a part's settings class is the widest one its module defines (skillos.settings: StackSettings,
-            # everything the harness's commands read; a service module defines just its own)
-            inv.classes[part] = max(defined, key=lambda cls: len(cls.model_fields))
+            # a part's settings class: skillos.settings' StackSettings (everything the harness's commands
+            # read; the module's other classes are pieces, some wider, e.g. ActingSettings), else the widest
+            # one its module defines (a service module defines just its own)
+            inv.classes[part] = (common.StackSettings if module == "skillos.settings"
+                                 else max(defined, key=lambda cls: len(cls.model_fields)))
 
     for cls in common.all_settings_classes():
         for fname, finfo in cls.model_fields.items():

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from harness.methods.gold import gold_skills
 from skillos.clients.envs import EnvClient
 from skillos.clients.skillrepo import SkillRepoClient
+from skillos.methods.gold import gold_skills
 from tests.conftest import ROOT, SHARED_DATA
 from tests.harness.stream_run import skillos_run
 

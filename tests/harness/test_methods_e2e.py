@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from harness.methods.memp import procedure_body, task_key
 from skillos.clients.skillrepo import SkillRepoClient
+from skillos.methods.memp import procedure_body, task_key
 from tests.conftest import SHARED_DATA
 from tests.harness.stream_run import skillos_run
 

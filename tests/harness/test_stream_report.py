@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from harness.loop import OpRecord, TaskRecord, TaskSpec, skills_used
 from harness.report import StreamRun, summarize, summary_markdown, write_plots
 from harness.runner import order_tasks
 from skillos.protocol.executor import EpisodeResponse, RetrievedSkill, Timing, TokenCount, Turn
+from skillos.stream import OpRecord, TaskRecord, TaskSpec, skills_used
 
 
 def _tasks():

@@ -1,136 +1,22 @@
-"""The streaming loop of the paper (§3.1, Fig. 1): for each task of a stream
+"""One streaming step, in the pieces a method strings together (`skillos.methods.base.Method.play`):
 
     executor episode (top-k skills retrieved from the repo, query = the instruction)
-    → the executor judges its own success → the curator edits the repo → next task.
+    → the executor judges its own success → the curator edits the repo.
 
-What happens around the episode is the method's (`harness.methods`): SkillOS curates with the
-curator service, the No Memory baseline does nothing, SkillRL, SAPO, Skill1, ReasoningBank and MemP
-keep their own banks in the repo. This module holds what every method shares: the task record, one
-episode, the self-judge and the stream itself. The curator and the executor are pluggable objects
-(`CuratorLike`, `ExecutorLike`): the HTTP clients in production, an in-process policy in the trainer.
+`play_episode` runs the episode and fills the task record, `verdict` is what a method learns from (the
+self-judge, or the env's verdict), `curate` / `curate_trajectory` are SkillOS's learning step.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from skillos.acting.options import ActingOptions
 from skillos.protocol.curator import CurateRequest, CurateResponse, RetrievedSkill, Trajectory, TrajectoryTurn
-from skillos.protocol.executor import (
-    EpisodeRequest,
-    EpisodeResponse,
-    HistoryStep,
-    JudgeRequest,
-    JudgeResponse,
-    SkillText,
-)
-from skillos.protocol.skillrepo import OpOrigin, SearchMode
-
-# The stream position of the task being played, for the backends that keep per-call records (the
-# trainer's in-process policy credits each completion to its task; see `harness.methods.writer.PURPOSE`).
-TASK_POSITION: ContextVar[int] = ContextVar("skillos_task_position", default=-1)
-
-
-class CuratorLike(Protocol):
-    async def curate(self, request: CurateRequest) -> CurateResponse: ...
-
-
-class ExecutorLike(Protocol):
-    async def episode(self, request: EpisodeRequest) -> EpisodeResponse: ...
-
-    async def judge(self, request: JudgeRequest) -> JudgeResponse: ...
-
-
-class RepoLike(Protocol):
-    """The skill-repo calls the loop and the methods need (`AsyncSkillRepoClient` has them)."""
-
-    async def get_repo(self, name: str) -> Any: ...
-
-    async def list_skills(self, repo: str) -> list[Any]: ...
-
-    async def search(self, repo: str, query: str, k: int = 5, mode: SearchMode = "bm25") -> list[Any]: ...
-
-    async def put_skill(self, repo: str, skill: Any, if_match: int | None = None,
-                        name: str | None = None) -> Any: ...
-
-    async def delete_skill(self, repo: str, name: str, if_match: int | None = None) -> None: ...
-
-    async def create_repo(self, name: str) -> Any: ...
-
-
-@dataclass
-class StreamConfig:
-    env: str
-    method: str = "skillos"  # a name of `harness.methods.METHODS`
-    repo: str | None = None  # the method's repo (every method but "none")
-    k: int = 5
-    retrieval: SearchMode = "bm25"  # how the executor searches the repo (bm25 is the paper's)
-    max_turns: int = 30
-    history_len: int = 30
-    seed: int | None = None
-    curator_temperature: float | None = None
-    self_judge: bool = True  # False: give the curator the environment's verdict instead (oracle ablation)
-    run_id: str | None = None  # kept with the curator's ops in the repo's op log (their origin)
-    params: dict[str, Any] = field(default_factory=dict)  # the method's own parameters (validated by it)
-    acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
-
-
-@dataclass
-class TaskSpec:
-    id: str
-    type: str = ""
-    instruction: str = ""
-
-
-@dataclass
-class OpRecord:
-    name: str | None
-    skill_name: str | None
-    valid: bool
-    applied: bool
-    reason: str | None
-    version: int | None = None  # the skill's version the op wrote (applied ops)
-
-
-@dataclass
-class TaskRecord:
-    position: int
-    task_id: str
-    task_type: str
-    instruction: str
-    method: str
-    seed: int | None
-    success: bool = False
-    reward: float = 0.0
-    steps: int = 0
-    stop_reason: str = ""
-    error: str | None = None
-    self_judged_success: bool | None = None
-    judge_error: str | None = None
-    retrieved: list[dict[str, Any]] = field(default_factory=list)
-    used: list[str] = field(default_factory=list)
-    ops: list[OpRecord] = field(default_factory=list)
-    validity_rate: float | None = None
-    curator_error: str | None = None
-    curator_completion: str = ""
-    repo_size: int | None = None
-    tokens: int = 0
-    episode_s: float = 0.0
-    curate_s: float = 0.0
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    repo: str | None = None
-    curator_call_id: str = ""
-    rollouts: int = 1  # episodes played for this task (SAPO plays several; the first is the one scored)
-    method_info: dict[str, Any] = field(default_factory=dict)  # what the method did (its own measures)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from skillos.protocol.executor import EpisodeRequest, EpisodeResponse, HistoryStep, JudgeRequest, SkillText
+from skillos.protocol.skillrepo import OpOrigin
+from skillos.stream.types import CuratorLike, ExecutorLike, OpRecord, StreamConfig, TaskRecord, TaskSpec
 
 
 def _mentions(text: str, skill_name: str) -> bool:
@@ -285,37 +171,3 @@ async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajector
                                applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
     record.curate_s = time.perf_counter() - start
     return response
-
-
-async def run_stream(tasks: list[TaskSpec], config: StreamConfig, *, executor: ExecutorLike,
-                     curator: CuratorLike | None = None, repo: RepoLike | None = None, llm: Any = None,
-                     semaphore: asyncio.Semaphore | None = None,
-                     on_task: Callable[[TaskRecord], Awaitable[None] | None] | None = None) -> list[TaskRecord]:
-    """Play ``tasks`` in order with ``config.method``. A method with a memory plays the steps one after
-    another (each task sees the repo as the previous one left it); "none" plays them independently,
-    overlapping up to ``semaphore``. ``llm`` is the method's writer (`skillos.llm.LLMClient`), for the
-    methods that distil with an LLM of their own."""
-    from harness.methods import StreamContext, build_method
-
-    method = build_method(config.method, config.params)
-    ctx = StreamContext(config, executor, curator, repo, llm)
-    method.check(ctx)
-    await method.setup(ctx)
-    semaphore = semaphore or asyncio.Semaphore(1)
-
-    async def one(position: int, spec: TaskSpec) -> TaskRecord:
-        async with semaphore:
-            token = TASK_POSITION.set(position)
-            try:
-                record = await method.play(position, spec, ctx)
-            finally:
-                TASK_POSITION.reset(token)
-        if on_task is not None:
-            maybe = on_task(record)
-            if asyncio.iscoroutine(maybe):
-                await maybe
-        return record
-
-    if not method.sequential:
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
-    return [await one(i, t) for i, t in enumerate(tasks)]

@@ -6,7 +6,7 @@
 A method is a class with a pydantic ``Params`` model (its hyperparameters, each with its range, so a
 bad value is refused before anything runs) and up to three hooks: `select`, `rollouts` and `learn`.
 `play` strings them together and fills the task record the report reads. State lives in the skill repo
-(`harness.methods.bank`), so a run can be inspected, resumed or forked like any other repo.
+(`skillos.methods.bank`), so a run can be inspected, resumed or forked like any other repo.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.loop import (
+from skillos.methods.bank import Bank, skill_text
+from skillos.protocol.executor import EpisodeResponse, SkillText
+from skillos.protocol.skillrepo import SearchMode
+from skillos.stream import (
     CuratorLike,
     ExecutorLike,
     RepoLike,
@@ -28,9 +31,6 @@ from harness.loop import (
     play_episode,
     verdict,
 )
-from harness.methods.bank import Bank, skill_text
-from skillos.protocol.executor import EpisodeResponse, SkillText
-from skillos.protocol.skillrepo import SearchMode
 
 
 class NoParams(BaseModel):

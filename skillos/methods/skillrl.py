@@ -25,12 +25,12 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import Bank, clip_description, skill_text, unique_name
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
-from harness.methods.writer import parse_items, parse_json_list, trajectory_text, write
+from skillos.methods.bank import Bank, clip_description, skill_text, unique_name
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.writer import parse_items, parse_json_list, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import Skill
+from skillos.stream import TaskRecord, TaskSpec
 
 SYSTEM = "You distil agent trajectories into concise, actionable skills. Answer in the format asked, nothing else."
 

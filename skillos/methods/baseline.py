@@ -3,7 +3,7 @@ compared with."""
 
 from __future__ import annotations
 
-from harness.methods.base import Method
+from skillos.methods.base import Method
 
 
 class NoMemory(Method):

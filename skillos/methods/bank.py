@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from skillos.clients.skillrepo import SkillRepoError
 from skillos.protocol.executor import RetrievedSkill, SkillText
 from skillos.protocol.skillrepo import SearchMode, Skill
 from skillos.skills import DESCRIPTION_MAX, NAME_MAX, normalize_name
@@ -95,8 +96,6 @@ class Bank:
 
     async def ensure(self) -> None:
         """Create the repo unless it exists (a resumed stream finds it)."""
-        from skillos.clients.skillrepo import SkillRepoError
-
         try:
             await self.repo.create_repo(self.name)
         except SkillRepoError as e:

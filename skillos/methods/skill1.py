@@ -21,12 +21,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import Hit, clip_description, number, skill_text, unique_name
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
-from harness.methods.writer import parse_json_object, tagged, trajectory_text, write
+from skillos.methods.bank import Hit, clip_description, number, skill_text, unique_name
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.writer import parse_json_object, tagged, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import SearchMode
+from skillos.stream import TaskRecord, TaskSpec
 
 SYSTEM = "You are an agent that keeps a library of lessons from past tasks. Answer in the format asked, nothing else."
 

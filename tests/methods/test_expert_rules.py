@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from harness.methods import MethodConfigError, build_method
-from harness.methods.expert_seeded import DEMOS, TYPES, choose, expert_trajectory, load_demos
-from harness.methods.gold import gold_skills
 from services.skillrepo.search import BM25Index, document_tokens, tokenize
 from skillos.curation.prompt import MAX_TURNS_SHOWN
+from skillos.methods import MethodConfigError, build_method
+from skillos.methods.expert_seeded import DEMOS, TYPES, choose, expert_trajectory, load_demos
+from skillos.methods.gold import gold_skills
 from tests.conftest import ROOT, SHARED_DATA
 
 ALFWORLD = SHARED_DATA / "alfworld"

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from harness.methods import METHODS, MethodConfigError, build_method, method_params
-from harness.methods.memp import after_use, procedure_body, script_of, should_forget, task_key
-from harness.methods.sapo import marginal_utility, promotable, to_prune
-from harness.methods.skill1 import ema, parse_rank, retirement_score, variation
-from harness.methods.skillrl import categories_to_evolve, failure_severity, round_robin
-from harness.methods.writer import parse_items, parse_json_list, parse_json_object, tagged
+from skillos.methods import METHODS, MethodConfigError, build_method, method_params
+from skillos.methods.memp import after_use, procedure_body, script_of, should_forget, task_key
+from skillos.methods.sapo import marginal_utility, promotable, to_prune
+from skillos.methods.skill1 import ema, parse_rank, retirement_score, variation
+from skillos.methods.skillrl import categories_to_evolve, failure_severity, round_robin
+from skillos.methods.writer import parse_items, parse_json_list, parse_json_object, tagged
 from skillos.protocol.executor import EpisodeResponse, Timing, TokenCount, Turn
 
 

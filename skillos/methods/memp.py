@@ -19,11 +19,11 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import clip_description, unique_name
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.bank import clip_description, unique_name
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import SearchMode
+from skillos.stream import TaskRecord, TaskSpec
 
 
 class Params(MethodParams):

@@ -4,9 +4,9 @@ edits the repo with function calls (insert/update/delete), applied atomically by
 
 from __future__ import annotations
 
-from harness.loop import TaskRecord, TaskSpec, curate
-from harness.methods.base import Method, StreamContext
+from skillos.methods.base import Method, StreamContext
 from skillos.protocol.executor import EpisodeResponse
+from skillos.stream import TaskRecord, TaskSpec, curate
 
 
 class SkillOS(Method):

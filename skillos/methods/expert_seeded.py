@@ -5,7 +5,7 @@ applied to the stream's repo; then the stream runs as SkillOS does.
 The games are `skillos/acting/data/alfworld_expert_valid_train.jsonl` (written by `bench.bench_expert`),
 won ones only, ``trajectories`` of them taken round-robin over ``types`` (6: one game of each type), in
 the file's order with those the curator's prompt shows whole first. Each is sent as the stream sends an
-episode (`harness.loop.curate_trajectory`): the expert's actions as the turns (no thoughts), judged
+episode (`skillos.stream.curate_trajectory`): the expert's actions as the turns (no thoughts), judged
 successful, with the repo's top k skills for its instruction as the retrieved ones, so a later game may
 update what an earlier one inserted. The ops' origin in the repo's op log is position -1 with the game's
 id. The first task's record says what was read and what came of it (``method_info.expert_seed``). A
@@ -22,11 +22,11 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 import skillos
-from harness.loop import TaskRecord, TaskSpec, curate_trajectory, new_record
-from harness.methods.base import MethodParams, StreamContext, info_values
-from harness.methods.curated import SkillOS
 from skillos.curation.prompt import MAX_TURNS_SHOWN
+from skillos.methods.base import MethodParams, StreamContext, info_values
+from skillos.methods.curated import SkillOS
 from skillos.protocol.curator import Trajectory, TrajectoryTurn
+from skillos.stream import TaskRecord, TaskSpec, curate_trajectory, new_record
 
 DEMOS = Path(skillos.__file__).resolve().parent / "acting" / "data" / "alfworld_expert_valid_train.jsonl"
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec
-from harness.methods.bank import clip_description, unique_name
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
-from harness.methods.writer import parse_items, trajectory_text, write
+from skillos.methods.bank import clip_description, unique_name
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.writer import parse_items, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import SearchMode
+from skillos.stream import TaskRecord, TaskSpec
 
 SYSTEM = "You distil reusable memory items from an agent's experience. Answer in the format asked, nothing else."
 

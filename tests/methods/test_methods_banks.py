@@ -12,13 +12,13 @@ import uuid
 
 import pytest
 
-from harness.loop import StreamConfig, TaskRecord, TaskSpec
-from harness.methods import build_method
-from harness.methods.base import StreamContext
 from harness.runner import REPO_TIMEOUT_S
 from skillos.clients.skillrepo import AsyncSkillRepoClient
 from skillos.llm.client import ChatResult, Usage
+from skillos.methods import build_method
+from skillos.methods.base import StreamContext
 from skillos.protocol.executor import EpisodeResponse, RetrievedSkill, Timing, TokenCount, Turn
+from skillos.stream import StreamConfig, TaskRecord, TaskSpec
 from tests.conftest import run_service
 
 INSTRUCTION = "put a clean apple in fridge"

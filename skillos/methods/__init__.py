@@ -1,4 +1,4 @@
-"""The methods of `skillos run`, one strategy each over the same services (`harness.methods.base`).
+"""The methods of `skillos run`, one strategy each over the same services (`skillos.methods.base`).
 
     none           No Memory: the frozen executor alone
     skillos        SkillOS: the curator service edits the repo after each task (the paper)
@@ -16,21 +16,22 @@ gives (``--param KEY=VALUE``) before anything runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
-from harness.methods.base import Method, StreamContext
-from harness.methods.baseline import NoMemory
-from harness.methods.curated import SkillOS
-from harness.methods.expert_seeded import ExpertSeededSkillOS
-from harness.methods.gold import Gold
-from harness.methods.memp import MemP
-from harness.methods.reasoningbank import ReasoningBank
-from harness.methods.sapo import SAPO
-from harness.methods.skill1 import Skill1
-from harness.methods.skillrl import SkillRL
+from skillos.methods.base import Method, StreamContext
+from skillos.methods.baseline import NoMemory
+from skillos.methods.curated import SkillOS
+from skillos.methods.expert_seeded import ExpertSeededSkillOS
+from skillos.methods.gold import Gold
+from skillos.methods.memp import MemP
+from skillos.methods.reasoningbank import ReasoningBank
+from skillos.methods.sapo import SAPO
+from skillos.methods.skill1 import Skill1
+from skillos.methods.skillrl import SkillRL
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (NoMemory, SkillOS, SkillRL, SAPO, Skill1, ReasoningBank, MemP,
                                                          Gold, ExpertSeededSkillOS)}
@@ -59,8 +60,6 @@ def method_params(methods: Iterable[str], given: Iterable[str]) -> dict[str, dic
     """``KEY=VALUE`` (to every chosen method that has KEY) or ``METHOD.KEY=VALUE`` → params per method,
     each set checked by building the method. Values are read as JSON when they parse (numbers, true),
     else kept as text."""
-    import json
-
     methods = list(methods)
     for m in methods:
         method_class(m)

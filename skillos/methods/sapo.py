@@ -24,12 +24,12 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec, play_episode, verdict
-from harness.methods.bank import clip_description, number, skill_text, unique_name
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
-from harness.methods.writer import parse_json_object, trajectory_text, write
+from skillos.methods.bank import clip_description, number, skill_text, unique_name
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.writer import parse_json_object, trajectory_text, write
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.protocol.skillrepo import SearchMode, Skill
+from skillos.stream import TaskRecord, TaskSpec, play_episode, verdict
 
 SYSTEM = "You write reusable skills for an agent from its attempts. Answer with one JSON object, nothing else."
 

@@ -1,7 +1,7 @@
 """Gold skills: the repo starts with one hand-written procedure per ALFWorld task type, written from the
 handcoded expert's plans on valid_train, and is never curated: what a correct skill does for this executor.
 
-The six skills are `harness/methods/gold_skills/<name>/SKILL.md` (how they were derived: the README
+The six skills are `skillos/methods/gold_skills/<name>/SKILL.md` (how they were derived: the README
 there). Before the first task they are written to the stream's repo (a new version of each, beside a
 ``--from-repo`` library's skills); the executor then retrieves the top k for every task as it does for
 SkillOS (``--k``, ``--retrieval``; ``--param gold.k=1`` gives it the top one only). No self-judge, no
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from harness.loop import TaskRecord, TaskSpec, play_episode
-from harness.methods.base import Method, MethodParams, StreamContext, info_values, mean
+from skillos.methods.base import Method, MethodParams, StreamContext, info_values, mean
 from skillos.protocol.executor import EpisodeResponse, SkillText
 from skillos.skills import SkillDoc, parse
+from skillos.stream import TaskRecord, TaskSpec, play_episode
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold_skills"
 

@@ -1,0 +1,54 @@
+"""The layers of ../shared/ARCHITECTURE.md, read off the code: imports go downward only.
+
+application (`harness/`, `bench/`, `deploy/`) → services (`services/<part>/`) → core (`skillos/`). The core
+imports no service and not the application; a service imports no other service's internals and not the
+application; the executor service is imported by nobody (the trainer and the benchmarks play episodes
+through `skillos.acting.player`). Function-local imports count too. (That the core imports no service
+and not the application: tests/test_cli_commands.py.)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(folder: str) -> list[tuple[str, int, str]]:
+    out = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            out += [(str(path.relative_to(ROOT)), node.lineno, n) for n in names]
+    return out
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_no_service_imports_the_application():
+    assert [f"{p}:{n} {m}" for p, n, m in _imports("services") if _under(m, "harness")] == []
+
+
+@pytest.mark.parametrize("folder", ["skillos", "services", "harness", "bench", "deploy"])
+def test_nobody_outside_the_executor_service_imports_it(folder):
+    offenders = [f"{p}:{n} {m}" for p, n, m in _imports(folder)
+                 if _under(m, "services.executor") and not p.startswith("services/executor/")]
+    assert offenders == []
+
+
+def test_a_service_imports_no_other_service():
+    offenders = []
+    for part in sorted(p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()):
+        offenders += [f"{p}:{n} {m}" for p, n, m in _imports(f"services/{part}")
+                      if _under(m, "services") and not _under(m, f"services.{part}")]
+    assert offenders == []
