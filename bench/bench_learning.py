@@ -84,6 +84,10 @@ def _config(run_dir: Path) -> dict:
     return {}
 
 
+def pct(part: float, whole: int) -> str:
+    return "–" if not whole else f"{100 * part / whole:.1f}"
+
+
 def _usage_line(method: str, records: list[dict]) -> str:
     """Usage and curation measures from the records themselves (a live or pooled run has no one summary)."""
     if not records:
@@ -93,7 +97,6 @@ def _usage_line(method: str, records: list[dict]) -> str:
     ops = [op for r in records for op in r.get("ops") or []]
     valid = [r["validity_rate"] for r in records if r.get("validity_rate") is not None]
     judged = [r for r in records if r.get("self_judged_success") is not None]
-    pct = lambda xs, n: "–" if not n else f"{100 * xs / n:.1f}"  # noqa: E731
     mix: dict[str, int] = defaultdict(int)
     for op in ops:
         mix[f"{op.get('name')}{'' if op.get('applied') else ' (rejected)'}"] += 1
