@@ -228,7 +228,13 @@ def curation(args) -> None:
         types = [t.strip() for t in (args.task_type or "").split(",") if t.strip()]
         if not types:
             raise SystemExit("--stream-per-type needs --task-type with the types, comma-separated")
-        runs = [cmd + ["--task-type", t, "--out", str(out / t)] for t in types]
+        # the baseline in a process of its own per type, so that pairs grow as both play (a run ended
+        # early still pairs every task its slower memory stream reached)
+        alone = [a if a != "--baseline" else "--no-baseline" for a in cmd]
+        runs = [alone + ["--task-type", t, "--out", str(out / t)] for t in types]
+        base = list(alone)
+        base[base.index("--method") + 1] = "none"
+        runs += [base + ["--task-type", t, "--out", str(out / f"none-{t}")] for t in types]
     else:
         runs = [cmd + (["--task-type", args.task_type] if args.task_type else []) + ["--out", str(out)]]
     procs = []
