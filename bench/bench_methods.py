@@ -129,7 +129,7 @@ def recurate(run_dir: Path, llm_url: str, model: str) -> str:
             judged = r["success"] if r.get("self_judged_success") is None else r["self_judged_success"]
             req = CurateRequest(trajectory=trajectory, self_judged_success=bool(judged), retrieved_skills=retrieved,
                                 apply=False, seed=r["seed"], temperature=cfg.get("curator_temperature"))
-            resp = await curate(req, llm=llm, repo=None, options=CurationOptions())
+            resp = await curate(req.to_decision_request(), llm=llm, repo=None, options=CurationOptions())
             for call in resp.calls:
                 body = call.arguments.get("content") or call.arguments.get("new_content") or ""
                 out.append(f"#### seed {r['seed']}, task {r['position']}: {call.name} "
