@@ -23,7 +23,6 @@ taken); seconds per turn (the prompt cache's health).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -32,6 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from harness.stats import paired
+from skillos.protocol.runs import read_tasks, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,10 +47,7 @@ LOOK = re.compile(r"^(look|inventory|examine )")
 
 def load(run_dir: Path) -> dict[tuple[int, str], dict]:
     """(seed, task_id) -> the No Memory record of one variant's run folder (finished or live)."""
-    files = sorted((run_dir / "tasks").glob("*.json"))
-    rows = [json.loads(p.read_text()) for p in files]
-    if not rows and (run_dir / "tasks.jsonl").exists():
-        rows = [json.loads(x) for x in (run_dir / "tasks.jsonl").read_text().splitlines() if x.strip()]
+    rows = [to_dict(t) for t in read_tasks(run_dir)]   # the run folder's contract: `skillos.protocol.runs`
     return {(int(r.get("seed") or 0), r["task_id"]): r for r in rows if r.get("method") == "none"}
 
 

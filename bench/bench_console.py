@@ -78,6 +78,7 @@ def main() -> None:
     from console_data import StreamPlan, apply_run_ops, big_archive, skill_name, write_stream_run
 
     from skillos.clients.skillrepo import SkillRepoClient
+    from skillos.protocol.runs import RunFolder
 
     rows: list[tuple[str, str, dict]] = []
     with tempfile.TemporaryDirectory() as d:
@@ -136,7 +137,7 @@ def main() -> None:
                     return len(httpx.get(f"{repo.url}/v1/repos/{big}/skills", timeout=300).content)
 
                 def whole_run() -> int:
-                    text = (runs / "bench-run" / "tasks.jsonl").read_text()
+                    text = RunFolder(runs / "bench-run").tasks_log.read_text()
                     assert len([json.loads(line) for line in text.splitlines() if line]) == args.tasks
                     return len(text)
 

@@ -22,7 +22,6 @@ into the run folder; bench/RESULTS-learning.md quotes these files.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -30,16 +29,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from harness.stats import paired
+from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run_records(run_dir: Path) -> list[dict]:
-    files = sorted((run_dir / "tasks").glob("*.json"))
-    records = [json.loads(p.read_text()) for p in files]
-    if not records and (run_dir / "tasks.jsonl").exists():
-        records = [json.loads(line) for line in (run_dir / "tasks.jsonl").read_text().splitlines() if line.strip()]
-    return records
+    """The task records of a run folder, read through the run folder's contract (`skillos.protocol.runs`)."""
+    return [to_dict(t) for t in read_tasks(run_dir)]
 
 
 def load_records(*run_dirs: Path) -> dict[str, dict[int, dict[str, dict]]]:
@@ -54,8 +51,9 @@ def load_records(*run_dirs: Path) -> dict[str, dict[int, dict[str, dict]]]:
 
 def type_streams(run_dir: Path) -> list[Path]:
     """The folders of a ``--stream-per-type`` comparison (one per type, under ``run_dir``), else [run_dir]."""
-    subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "run.json").exists()) if run_dir.is_dir() else []
-    return subs if subs and not (run_dir / "run.json").exists() else [run_dir]
+    subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and RunFolder(d).run_state.exists()) \
+        if run_dir.is_dir() else []
+    return subs if subs and not RunFolder(run_dir).run_state.exists() else [run_dir]
 
 
 def run_header(title: str, cfg: dict, run_dir: Path) -> list[str]:
@@ -77,10 +75,12 @@ def _pairs(a: dict[str, dict], b: dict[str, dict], key) -> tuple[list[float], li
 
 
 def _config(run_dir: Path) -> dict:
-    for name, key in (("summary.json", "config"), ("run.json", "config")):
-        path = run_dir / name
+    """The run's config: its summary's (a finished run), else its run.json's (a live one)."""
+    folder = RunFolder(run_dir)
+    for path, model in ((folder.summary, RunSummary), (folder.run_state, RunState)):
         if path.exists():
-            return json.loads(path.read_text()).get(key) or {}
+            read = read_json(path, model)
+            return (read.config if read is not None else None) or {}
     return {}
 
 

@@ -19,7 +19,6 @@ and raising ``--concurrency``, ``--per-type``/``--limit`` and ``--max-turns 30``
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from bench.bench_learning import load_records, run_header
 from harness.stats import paired
 from skillos.methods import METHODS
+from skillos.protocol.runs import RUN_STATE, RunFolder, RunState, RunSummary, read_json
 from skillos.skills import parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +49,8 @@ def _versus(a: dict, b: dict, mcnemar: bool = True) -> str:
 
 def table(run_dir: Path) -> str:
     recs = load_records(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    cfg = summary.get("config", {})
+    summary = read_json(RunFolder(run_dir).summary, RunSummary)
+    cfg = summary.config if summary is not None else {}
     env = cfg.get("env", "?")
     order = [m for m in METHODS if m in recs] + sorted(m for m in recs if m not in METHODS)
     success = {m: _keyed(recs[m], lambda r: float(bool(r["success"]))) for m in order}
@@ -61,7 +61,8 @@ def table(run_dir: Path) -> str:
         " steps | LLM tokens/task (executor + method) | rollouts/task | repo size | SR Δ vs none [95% CI] | SR Δ vs skillos [95% CI] |" + \
         (" score Δ vs none [95% CI] | score Δ vs skillos [95% CI] |" if graded else "")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
-    agg_of = {m: (summary.get("methods", {}).get(m) or {}).get("aggregate") or {} for m in order}
+    methods = summary.methods if summary is not None else {}
+    agg_of = {m: (methods.get(m) or {}).get("aggregate") or {} for m in order}
     for m in order:
         rows = [r for tasks in recs[m].values() for r in tasks.values()]
         n = len(rows)
@@ -95,7 +96,7 @@ def table(run_dir: Path) -> str:
 def _exported(run_dir: Path, seed: int, name: str) -> dict:
     """A retrieved skill as the run's exported repo holds it (records keep only names): its final
     version, which may be later than the one the curator was shown then."""
-    path = run_dir / "repo" / f"seed{seed}" / name / "SKILL.md"
+    path = RunFolder(run_dir).repo_dir(f"seed{seed}") / name / "SKILL.md"
     if not path.exists():
         return {"name": name}
     doc = parse(path.read_text())
@@ -115,7 +116,10 @@ def recurate(run_dir: Path, llm_url: str, model: str) -> str:
                      key=lambda r: (r["seed"], r["position"]))
     if not records:
         raise SystemExit(f"{run_dir}: no SkillOS task records")
-    cfg = json.loads((run_dir / "run.json").read_text())["config"]
+    state = read_json(RunFolder(run_dir).run_state, RunState)
+    if state is None:
+        raise SystemExit(f"{run_dir}: no {RUN_STATE}")
+    cfg = state.config
     env = cfg["env"]
 
     async def go() -> list[str]:
@@ -129,7 +133,7 @@ def recurate(run_dir: Path, llm_url: str, model: str) -> str:
             judged = r["success"] if r.get("self_judged_success") is None else r["self_judged_success"]
             req = CurateRequest(trajectory=trajectory, self_judged_success=bool(judged), retrieved_skills=retrieved,
                                 apply=False, seed=r["seed"], temperature=cfg.get("curator_temperature"))
-            resp = await curate(req, llm=llm, repo=None, options=CurationOptions())
+            resp = await curate(req.to_decision_request(), llm=llm, repo=None, options=CurationOptions())
             for call in resp.calls:
                 body = call.arguments.get("content") or call.arguments.get("new_content") or ""
                 out.append(f"#### seed {r['seed']}, task {r['position']}: {call.name} "

@@ -153,6 +153,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from skillos.acting.options import from_pairs
         from skillos.cli.common import fail
         from skillos.methods import METHODS, MethodConfigError, method_params
+        from skillos.protocol.runs import RunFolder
         from skillos.protocol.skillrepo import SEARCH_MODES
         from skillos.settings import StackSettings
 
@@ -264,5 +265,5 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             if stack is not None:
                 with console.status("stopping the stack…"):
                     stack.stop()
-        console.print((folder / "summary.md").read_text())
+        console.print(RunFolder(folder).summary_md.read_text())
         console.print(f"report: {folder}")

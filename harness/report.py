@@ -21,6 +21,16 @@ from typing import Any
 
 from skillos.methods import METHODS
 from skillos.methods.base import mean as _mean
+from skillos.protocol.runs import (
+    OP_MIX_PLOT,
+    REPO_SIZE_PLOT,
+    SUCCESS_PLOT,
+    RunFolder,
+    RunState,
+    RunSummary,
+    TaskEntry,
+    to_dict,
+)
 from skillos.stream import TaskRecord
 
 
@@ -189,7 +199,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     if any(errors.values()):
         lines += ["", "Episodes that failed with an error (counted as failures): " +
                   ", ".join(f"{n}: {e}" for n, e in errors.items())]
-    lines += ["", ("Plots: `success_over_stream.png`, `repo_size.png`, `op_mix.png`. "
+    lines += ["", (f"Plots: `{SUCCESS_PLOT}`, `{REPO_SIZE_PLOT}`, `{OP_MIX_PLOT}`. "
                    "Per-task records: `tasks/`. Final repos: `repo/`."), ""]
     return "\n".join(lines)
 
@@ -223,7 +233,7 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    written.append(out / "success_over_stream.png")
+    written.append(RunFolder(out).plot(SUCCESS_PLOT))
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
@@ -242,7 +252,7 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     if with_repo:
         ax.legend()
     fig.tight_layout()
-    written.append(out / "repo_size.png")
+    written.append(RunFolder(out).plot(REPO_SIZE_PLOT))
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
@@ -264,57 +274,65 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     ax.set_title("Curator op mix")
     ax.legend()
     fig.tight_layout()
-    written.append(out / "op_mix.png")
+    written.append(RunFolder(out).plot(OP_MIX_PLOT))
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
     return written
 
 
 class RunLog:
-    """The live part of a run's report folder, written while the run goes on (the console follows it):
+    """The live part of a run's report folder, written while the run goes on (the console follows it);
+    the files and their rows are `skillos.protocol.runs`'s:
 
-    * ``run.json``: ``{"status": "running" | "done" | "failed", "started_at", "finished_at", "config",
-      "total" (tasks to play, all streams), "repos", "error"}``, replaced atomically at start and end;
-    * ``tasks.jsonl``: one line per task as it ends, the task's record (``TaskRecord.to_dict()``), in
-      the order tasks end. A reader takes complete lines only (a line is written with one write call).
+    * ``run.json`` (`RunState`): status, start and end, config, tasks to play (all streams), repos, error;
+      replaced atomically at start and end;
+    * ``tasks.jsonl`` (`TaskEntry` per line): one line per task as it ends, the task's record
+      (``TaskRecord.to_dict()``), in the order tasks end. A reader takes complete lines only (a line is
+      written with one write call).
     """
 
     def __init__(self, out: Path, config: dict[str, Any], total: int, repos: list[str]):
         self.out = out
+        self.folder = RunFolder(out)
         out.mkdir(parents=True, exist_ok=True)
-        self.state: dict[str, Any] = {"status": "running", "started_at": time.time(), "finished_at": None,
-                                      "config": config, "total": total, "repos": repos, "error": None}
-        self.tasks_path = out / "tasks.jsonl"
+        self.state = RunState(status="running", started_at=time.time(), finished_at=None, config=config,
+                              total=total, repos=repos, error=None)
+        self.tasks_path = self.folder.tasks_log
         self.tasks_path.write_text("")
         self._write_state()
 
     def _write_state(self) -> None:
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(self.state, indent=2, ensure_ascii=False, default=str))
-        os.replace(tmp, self.out / "run.json")
+        path = self.folder.run_state
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(to_dict(self.state), indent=2, ensure_ascii=False, default=str))
+        os.replace(tmp, path)
 
     def task(self, record: TaskRecord) -> None:
-        line = json.dumps(record.to_dict(), ensure_ascii=False, default=str) + "\n"
+        line = json.dumps(to_dict(TaskEntry.model_validate(record.to_dict())), ensure_ascii=False, default=str) + "\n"
         with self.tasks_path.open("a", encoding="utf-8") as f:
             f.write(line)
 
     def finish(self, error: str | None = None) -> None:
-        self.state.update(status="failed" if error else "done", finished_at=time.time(), error=error)
+        self.state = self.state.model_copy(update={"status": "failed" if error else "done",
+                                                   "finished_at": time.time(), "error": error})
         self._write_state()
 
 
 def write_task_records(runs: list[StreamRun], out: Path) -> None:
-    tasks_dir = out / "tasks"
-    tasks_dir.mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(out)
+    folder.tasks_dir.mkdir(parents=True, exist_ok=True)
     for run in runs:
         for r in run.records:
-            path = tasks_dir / f"{run.method}-seed{run.seed}-{r.position:04d}.json"
-            path.write_text(json.dumps(r.to_dict(), indent=2, ensure_ascii=False, default=str))
+            path = folder.task_file(run.method, run.seed, r.position)
+            path.write_text(json.dumps(to_dict(TaskEntry.model_validate(r.to_dict())), indent=2, ensure_ascii=False,
+                                       default=str))
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> None:
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
-    (out / "summary.md").write_text(summary_markdown(summary))
+    folder = RunFolder(out)
+    folder.summary.write_text(json.dumps(to_dict(RunSummary.model_validate(summary)), indent=2, ensure_ascii=False,
+                                         default=str))
+    folder.summary_md.write_text(summary_markdown(summary))
 
 
 def export_skills(skills: list[Any], folder: Path) -> int:

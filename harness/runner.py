@@ -25,6 +25,7 @@ from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.methods import METHODS, StreamContext, build_method
+from skillos.protocol.runs import RunFolder
 from skillos.stream import StreamConfig, TaskRecord, TaskSpec, run_stream
 
 # the methods' first dense search on a fresh skill repo loads its encoder (~8 s idle, more on a busy machine)
@@ -200,7 +201,7 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                     except SkillRepoError:
                         skills = []
                     folder = f"seed{run.seed}" if run.method == "skillos" else f"{run.method}-seed{run.seed}"
-                    export_skills(skills, out / "repo" / folder)
+                    export_skills(skills, RunFolder(out).repo_dir(folder))
             summary = summarize(runs, config)
             write_task_records(runs, out)
             write_summary(summary, out)

@@ -3,7 +3,8 @@
 application (`harness/`, `bench/`, `deploy/`) → services (`services/<part>/`) → core (`skillos/`). The core
 imports no service and not the application; a service imports no other service's internals and not the
 application; the executor service is imported by nobody (the trainer and the benchmarks play episodes
-through `skillos.acting.player`). Function-local imports count too. (That the core imports no service
+through `skillos.acting.player`); the curation core imports no wire schema, the protocol imports its
+leaf modules. Function-local imports count too. (That the core imports no service
 and not the application: tests/test_cli_commands.py.)
 """
 
@@ -51,4 +52,18 @@ def test_a_service_imports_no_other_service():
     for part in sorted(p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()):
         offenders += [f"{p}:{n} {m}" for p, n, m in _imports(f"services/{part}")
                       if _under(m, "services") and not _under(m, f"services.{part}")]
+    assert offenders == []
+
+
+def test_the_curation_core_speaks_its_own_types():
+    """`skillos/curation` imports no wire schema and no HTTP error (not even for type checking): the curator
+    service and the trainer map its `Decision` and `CurationRequestError` to the wire themselves."""
+    offenders = [f"{p}:{n} {m}" for p, n, m in _imports("skillos/curation")
+                 if any(_under(m, x) for x in ("skillos.protocol", "skillos.errors", "skillos.service", "fastapi"))]
+    assert offenders == []
+
+
+def test_the_protocol_imports_curations_leaf_modules_not_the_package():
+    offenders = [f"{p}:{n} {m}" for p, n, m in _imports("skillos/protocol")
+                 if m in ("skillos.curation", "skillos.curation.decision")]
     assert offenders == []

@@ -1,19 +1,20 @@
 """Report folders of `skillos run` and `skillos train`, as the console reads them.
 
-A stream run (`skillos run`, `harness.report`) has ``run.json`` (status, config, repos) and
-``tasks.jsonl`` (a line per task as it ends) while it goes on, then ``summary.json``, ``tasks/*.json``
-and plots; older folders have only the latter. A training run (`skillos train`) has ``config.json``,
-``metrics.jsonl`` (a line per step), ``rollouts/step-NNNNNN.jsonl`` and, at the end, ``summary.json``.
+The folders, their files and their rows are the run folder's contract, `skillos.protocol.runs`. A stream
+run (`skillos run`, `harness.report`) has ``run.json`` (status, config, repos) and ``tasks.jsonl`` (a
+line per task as it ends) while it goes on, then ``summary.json``, ``tasks/*.json`` and plots; older
+folders have only the latter. A training run (`skillos train`) has ``config.json``, ``metrics.jsonl``
+(a line per step), ``rollouts/step-NNNNNN.jsonl`` and, at the end, ``summary.json``.
 
 Nothing is loaded whole per request. Each run's task (or step) index holds a few light fields per
 line and the line's byte range; it grows incrementally, reading only the bytes appended since the last
 look (complete lines only), which is also how a live run is followed. A task page reads its one line.
-Every field is read tolerantly: a report may gain fields, or lack ones older reports did not write.
+Every row is read through its model, which allows extra fields and defaults the ones older reports did
+not write; a line or file that is not of its shape is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -24,20 +25,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skillos.protocol.runs import (
+    METRICS,
+    RUN_STATE,
+    SUMMARY,
+    TASK_FILE,
+    TASKS_DIR,
+    TASKS_LOG,
+    TRAIN_CONFIG,
+    MetricsRow,
+    RunFolder,
+    RunState,
+    RunSummary,
+    TaskEntry,
+    TrainRunConfig,
+    TrainSummary,
+    parse_line,
+    read_json,
+    to_dict,
+)
+
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_TASK_FILE = re.compile(r"^(?P<method>[A-Za-z0-9_]+)-seed(?P<seed>-?\d+|None)-(?P<pos>\d+)\.json$")
 OP_KINDS = ("new_skill_insert", "skill_update", "skill_delete")
 
 
 class RunNotFound(LookupError):
     pass
-
-
-def _json_file(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _mtime(path: Path) -> float | None:
@@ -118,22 +131,16 @@ class TaskRow:
         return (self.method, self.seed, self.position)
 
 
-def task_row(rec: dict[str, Any], n: int, info: RunInfo) -> TaskRow:
-    method = str(rec.get("method") or "?")
-    seed = _int(rec.get("seed"))
-    ops = []
-    for o in rec.get("ops") or []:
-        if isinstance(o, dict):
-            ops.append((o.get("name"), bool(o.get("applied")), o.get("skill_name"), _int(o.get("version"))))
-    retrieved = tuple(str(s.get("name")) for s in rec.get("retrieved") or [] if isinstance(s, dict) and s.get("name"))
-    repo = rec.get("repo") if isinstance(rec.get("repo"), str) else info.repo_of(method, seed)
-    return TaskRow(n=n, method=method, seed=seed, position=_int(rec.get("position"), n) or 0,
-                   task_id=str(rec.get("task_id", "")), task_type=str(rec.get("task_type") or ""),
-                   instruction=str(rec.get("instruction") or "")[:300], success=bool(rec.get("success")),
-                   steps=_int(rec.get("steps"), 0) or 0, error=bool(rec.get("error")), retrieved=retrieved,
-                   used=tuple(str(u) for u in rec.get("used") or []), ops=tuple(ops),
-                   repo_size=_int(rec.get("repo_size")), repo=repo if method != "none" else None,
-                   curator_error=bool(rec.get("curator_error")))
+def task_row(rec: TaskEntry, n: int, info: RunInfo) -> TaskRow:
+    method = rec.method or "?"
+    ops = tuple((o.name, o.applied, o.skill_name, o.version) for o in rec.ops)
+    retrieved = tuple(str(s.get("name")) for s in rec.retrieved if s.get("name"))
+    repo = rec.repo if rec.repo is not None else info.repo_of(method, rec.seed)
+    return TaskRow(n=n, method=method, seed=rec.seed, position=rec.position,
+                   task_id=rec.task_id, task_type=rec.task_type, instruction=rec.instruction[:300],
+                   success=rec.success, steps=rec.steps, error=bool(rec.error), retrieved=retrieved,
+                   used=tuple(rec.used), ops=ops, repo_size=rec.repo_size, repo=repo if method != "none" else None,
+                   curator_error=bool(rec.curator_error))
 
 
 class _Lines:
@@ -177,25 +184,22 @@ class TaskIndex:
         self.rows: list[TaskRow] = []
         self.by_key: dict[tuple[str, int | None, int], TaskRow] = {}
         self.version = 0
-        self._lines = _Lines(info.path / "tasks.jsonl")
+        self._lines = _Lines(RunFolder(info.path).tasks_log)
         self._dir_mtime: float | None = None
         self._lock = threading.Lock()
 
     def refresh(self) -> TaskIndex:
         with self._lock:
-            if (self.info.path / "tasks.jsonl").exists():
+            if RunFolder(self.info.path).tasks_log.exists():
                 restarted, lines = self._lines.new_lines()
                 if restarted:
                     self.rows, self.by_key = [], {}
                 for offset, line in lines:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict):
-                        row = task_row(rec, len(self.rows), self.info)
-                        row.offset, row.length = offset, len(line)
-                        self._add(row)
+                    rec = parse_line(line, TaskEntry)
+                    if rec is not None:
+                        task = task_row(rec, len(self.rows), self.info)
+                        task.offset, task.length = offset, len(line)
+                        self._add(task)
                 if lines or restarted:
                     self.version += 1
             else:
@@ -208,34 +212,32 @@ class TaskIndex:
 
     def _load_dir(self) -> None:
         """An older report: tasks/<method>-seed<seed>-<pos>.json, written once at the end."""
-        folder = self.info.path / "tasks"
+        folder = RunFolder(self.info.path).tasks_dir
         mtime = _mtime(folder)
         if mtime is None or mtime == self._dir_mtime:
             return
         self._dir_mtime = mtime
         self.rows, self.by_key = [], {}
         for name in sorted(os.listdir(folder)):
-            if not _TASK_FILE.match(name):
+            if not TASK_FILE.match(name):
                 continue
-            rec = _json_file(folder / name)
-            if isinstance(rec, dict):
-                row = task_row(rec, len(self.rows), self.info)
-                row.file = name
-                self._add(row)
+            rec = read_json(folder / name, TaskEntry)
+            if rec is not None:
+                task = task_row(rec, len(self.rows), self.info)
+                task.file = name
+                self._add(task)
         self.version += 1
 
     def record(self, row: TaskRow) -> dict[str, Any]:
-        """The whole record of one task, read from disk."""
+        """The whole record of one task, read from disk (the fields it has, and its extra ones)."""
+        folder = RunFolder(self.info.path)
         if row.file is not None:
-            rec = _json_file(self.info.path / "tasks" / row.file)
-            return rec if isinstance(rec, dict) else {}
-        with (self.info.path / "tasks.jsonl").open("rb") as f:
-            f.seek(row.offset)
-            try:
-                rec = json.loads(f.read(row.length))
-            except ValueError:
-                return {}
-        return rec if isinstance(rec, dict) else {}
+            rec = read_json(folder.tasks_dir / row.file, TaskEntry)
+        else:
+            with folder.tasks_log.open("rb") as f:
+                f.seek(row.offset)
+                rec = parse_line(f.read(row.length), TaskEntry)
+        return to_dict(rec) if rec is not None else {}
 
     # --- what the run page shows -------------------------------------------------------------
 
@@ -366,7 +368,7 @@ class StepIndex:
         self.info = info
         self.rows: list[dict[str, float | None]] = []
         self.version = 0
-        self._lines = _Lines(info.path / "metrics.jsonl")
+        self._lines = _Lines(RunFolder(info.path).metrics)
         self._lock = threading.Lock()
 
     def refresh(self) -> StepIndex:
@@ -375,12 +377,9 @@ class StepIndex:
             if restarted:
                 self.rows = []
             for _, line in lines:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    flat = _flatten(rec)
+                rec = parse_line(line, MetricsRow)
+                if rec is not None:
+                    flat = _flatten(to_dict(rec))
                     self.rows.append({k: _num(v) for k, v in flat.items() if _num(v) is not None})
             if lines or restarted:
                 self.version += 1
@@ -435,7 +434,7 @@ class RunStore:
         return None
 
     def _signature(self, path: Path) -> tuple:
-        names = ("run.json", "summary.json", "tasks.jsonl", "tasks", "metrics.jsonl", "config.json")
+        names = (RUN_STATE, SUMMARY, TASKS_LOG, TASKS_DIR, METRICS, TRAIN_CONFIG)
         return tuple(_mtime(path / n) for n in names)
 
     def _info(self, path: Path) -> RunInfo | None:
@@ -454,41 +453,47 @@ class RunStore:
 
     @staticmethod
     def _read_info(path: Path, sig: tuple) -> RunInfo | None:
-        run_state, summary = _json_file(path / "run.json"), _json_file(path / "summary.json")
-        run_state = run_state if isinstance(run_state, dict) else {}
-        summary = summary if isinstance(summary, dict) else None
+        folder = RunFolder(path)
+        state = read_json(folder.run_state, RunState)
         updated = max(t for t in sig if t is not None)
-        if (path / "metrics.jsonl").exists() or ((path / "config.json").exists() and not run_state
-                                                 and not (path / "tasks").exists()):
-            config = _json_file(path / "config.json")
-            config = config if isinstance(config, dict) else {}
+        if folder.metrics.exists() or (folder.train_config.exists() and state is None
+                                       and not folder.tasks_dir.exists()):
+            train_config = read_json(folder.train_config, TrainRunConfig)
+            config = to_dict(train_config) if train_config is not None else {}
+            train_summary = read_json(folder.summary, TrainSummary)
+            summary = to_dict(train_summary) if train_summary is not None else None
             done = summary is not None and "end_step" in summary
             status = "done" if done else ("running" if time.time() - updated < 1800 else "stopped")
-            return RunInfo(id=path.name, path=path, kind="train", status=status, started_at=_mtime(path / "config.json"),
-                           updated_at=updated, config=config, total=_int(config.get("steps")), repos=[],
+            return RunInfo(id=path.name, path=path, kind="train", status=status,
+                           started_at=_mtime(folder.train_config), updated_at=updated, config=config,
+                           total=train_config.steps if train_config is not None else None, repos=[],
                            run_id=None, summary=summary)
-        if not run_state and summary is None and not (path / "tasks").exists() and not (path / "tasks.jsonl").exists():
+        stream_summary = read_json(folder.summary, RunSummary)
+        summary = to_dict(stream_summary) if stream_summary is not None else None
+        if state is None and summary is None and not folder.tasks_dir.exists() and not folder.tasks_log.exists():
             return None
-        config = run_state.get("config") if isinstance(run_state.get("config"), dict) else None
-        if config is None:
-            config = summary.get("config") if summary and isinstance(summary.get("config"), dict) else {}
+        if state is not None and "config" in state.model_fields_set:
+            config = state.config
+        else:
+            config = stream_summary.config if stream_summary is not None else {}
         run_id = config.get("run_id") if isinstance(config.get("run_id"), str) else None
-        repos = run_state.get("repos")
-        if not isinstance(repos, list):
+        if state is not None and "repos" in state.model_fields_set:
+            repos = state.repos
+        else:
             seeds = _int(config.get("seeds"), 0) or 0
             repos = [f"{run_id}-s{s}" for s in range(seeds)] if run_id and "skillos" in (config.get("methods") or []) \
                 else []
-        status = str(run_state.get("status") or ("done" if summary is not None else "unknown"))
-        total = _int(run_state.get("total"))
+        status = state.status if state is not None else ("done" if summary is not None else "unknown")
+        total = state.total if state is not None else None
         if total is None and config.get("tasks") is not None:
             total = (_int(config.get("tasks"), 0) or 0) * (_int(config.get("seeds"), 1) or 1) * \
                 max(1, len(config.get("methods") or []))
-        started = run_state.get("started_at")
+        started = state.started_at if state is not None else None
         return RunInfo(id=path.name, path=path, kind="stream", status=status,
-                       started_at=float(started) if isinstance(started, (int, float)) else _mtime(path),
-                       updated_at=updated, config=config, total=total, repos=[str(r) for r in repos],
+                       started_at=started if started is not None else _mtime(path),
+                       updated_at=updated, config=config, total=total, repos=list(repos),
                        run_id=run_id, summary=summary,
-                       error=str(run_state["error"]) if run_state.get("error") else None)
+                       error=state.error if state is not None and state.error else None)
 
     # --- indexes -------------------------------------------------------------------------------
 

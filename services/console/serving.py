@@ -19,6 +19,15 @@ from services.console.runs import Filters, RunInfo, RunNotFound, RunStore, TaskR
 from services.console.sessions import Session, SessionStore
 from services.console.settings import ConsoleSettings
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.protocol.runs import (
+    STREAM_PLOTS,
+    SUMMARY_MD,
+    TRAIN_REPORT,
+    RolloutRow,
+    RunFolder,
+    parse_line,
+    to_dict,
+)
 from skillos.protocol.skillrepo import REPO_NAME_PATTERN, OpLog, SkillVersion, TokenInfo
 
 TOKEN_RECHECK_S = 60.0     # a session's token is confirmed with the skill repo at most this often
@@ -318,7 +327,7 @@ class ConsoleService:
 
     @staticmethod
     def _files(info: RunInfo) -> list[str]:
-        names = ["success_over_stream.png", "repo_size.png", "op_mix.png", "report.png", "summary.md"]
+        names = [*STREAM_PLOTS, TRAIN_REPORT, SUMMARY_MD]
         return [n for n in names if (info.path / n).is_file()]
 
     def run_file(self, session: Session, run_id: str, name: str):
@@ -346,24 +355,19 @@ class ConsoleService:
 
     async def step_page(self, session: Session, run_id: str, step: int) -> dict[str, Any]:
         def gather() -> dict[str, Any]:
-            import json
-
             info = self._run(session, run_id)
             if info.kind != "train":
                 raise PageError(404, "Step not found", "a stream run has tasks, not steps")
-            path = info.path / "rollouts" / f"step-{step:06d}.jsonl"
+            path = RunFolder(info.path).rollouts(step)
             metrics = next((r for r in self.runs.steps(info).rows if r.get("step") == step), None)
             if not path.is_file() and metrics is None:
                 raise PageError(404, "Step not found", f"run {run_id} has no step {step}")
             rollouts = []
             if path.is_file():
                 for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:2000]:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict):
-                        rollouts.append(rec)
+                    rec = parse_line(line, RolloutRow)
+                    if rec is not None:
+                        rollouts.append(to_dict(rec))
             return {"info": info, "step": step, "metrics": metrics or {}, "rollouts": rollouts}
         return await run_in_threadpool(gather)
 

@@ -2,8 +2,9 @@
 
 The decision itself (prompt → LLM → parse → validate → apply → verdicts) is `skillos.curation.curate`,
 the same code the trainer runs with its in-process policy. What this class adds is service work:
-the HTTP LLM clients, the skill repo client with its failures mapped to the service's error shape,
-the metrics, and the content judge.
+the HTTP LLM clients, the wire (the request and the core's `Decision` mapped to and from
+`skillos.protocol.curator`), the core's refusals and the skill repo client's failures mapped to the
+service's error shape, the metrics, and the content judge.
 
 `Curator.curate` never fails on what the model wrote: each call gets a verdict. Only the caller's
 mistakes (4xx) and an unreachable skill repo (502) are errors; a failed LLM backend is reported in
@@ -19,7 +20,7 @@ from prometheus_client import Counter, Histogram
 from services.curator.judge import JUDGE_SCHEMA, heuristic_score, judge_messages, read_llm_grade
 from services.curator.settings import CuratorSettings
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
-from skillos.curation import OP_NAMES, curate, response_format_for
+from skillos.curation import OP_NAMES, CurationRequestError, curate, response_format_for
 from skillos.errors import APIError
 from skillos.llm import LLMClient, LLMError, LLMSettings
 from skillos.protocol.curator import (
@@ -85,7 +86,11 @@ class Curator:
     # --- curate ---------------------------------------------------------------------------------
 
     async def curate(self, req: CurateRequest) -> CurateResponse:
-        response = await curate(req, llm=self.llm, repo=self._ops, options=self.options)
+        try:
+            decision = await curate(req.to_decision_request(), llm=self.llm, repo=self._ops, options=self.options)
+        except CurationRequestError as e:
+            raise APIError(422, "invalid_request", str(e)) from e
+        response = CurateResponse.from_decision(decision)
         if response.error:
             CURATOR_DECISIONS.labels("llm_error").inc()
             return response

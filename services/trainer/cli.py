@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from skillos.cli.common import fail, print_json
+from skillos.protocol.runs import METRICS, RunFolder
 
 group_app = typer.Typer(no_args_is_help=True, help="Build grouped task streams for curator training (App. B.2).")
 
@@ -247,6 +248,7 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         """Plot metrics.jsonl of a run into report.png."""
         from services.trainer.metrics import plot_report
 
-        if not (run_dir / "metrics.jsonl").is_file():
-            fail(f"{run_dir}/metrics.jsonl not found")
-        typer.echo(str(plot_report(run_dir / "metrics.jsonl", run_dir / "report.png")))
+        folder = RunFolder(run_dir)
+        if not folder.metrics.is_file():
+            fail(f"{run_dir}/{METRICS} not found")
+        typer.echo(str(plot_report(folder.metrics, folder.train_report)))

@@ -1,4 +1,8 @@
-"""Per-step metrics: JSONL (the record), TensorBoard (live view) and a plotted report."""
+"""Per-step metrics: JSONL (the record), TensorBoard (live view) and a plotted report.
+
+The files and their rows are the run folder's contract (`skillos.protocol.runs`): ``metrics.jsonl``
+(`MetricsRow`), ``rollouts/step-*.jsonl`` (`RolloutRow`), ``tensorboard/``, ``report.png``.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +11,33 @@ import math
 from pathlib import Path
 from typing import Any
 
+from skillos.protocol.runs import MetricsRow, RolloutRow, RunFolder, read_jsonl, to_dict
+
 
 class MetricsWriter:
     def __init__(self, output_dir: Path, tensorboard: bool = True):
-        self.path = output_dir / "metrics.jsonl"
+        folder = RunFolder(output_dir)
+        self.path = folder.metrics
         output_dir.mkdir(parents=True, exist_ok=True)
         self._tb = None
         if tensorboard:
+            # imported here: torch (and its TensorBoard writer) is heavy, and a writer without it needs none
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(folder.tensorboard_dir))
 
     def truncate_after(self, step: int) -> None:
         """On resume: drop lines of steps after the checkpoint (they will be redone)."""
         if not self.path.exists():
             return
         keep = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+                if line.strip() and MetricsRow.model_validate_json(line).step <= step]
         self.path.write_text("".join(line + "\n" for line in keep))
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
-        row = {"step": step, **metrics}
+        line = to_dict(MetricsRow(step=step, **metrics))
         with self.path.open("a") as f:
-            f.write(json.dumps(row, default=float) + "\n")
+            f.write(json.dumps(line, default=float) + "\n")
         if self._tb is not None:
             for key, value in _flatten(metrics).items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -53,20 +61,20 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [to_dict(m) for m in read_jsonl(path, MetricsRow)]
 
 
 def write_rollouts(output_dir: Path, step: int, groups) -> Path:
     """rollouts/step-NNNNNN.jsonl: one line per rollout (`log_row`: for the curator its reward parts,
     advantage and, per decision, the completion, the calls with their verdicts and the scores; for the
     agent its tasks' outcomes and method records and its samples' credit), rewritten when a step is redone."""
-    path = output_dir / "rollouts" / f"step-{step:06d}.jsonl"
+    path = RunFolder(output_dir).rollouts(step)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for g in groups:
             for r in g.rollouts:
-                row = {"group": g.group_id, **r.log_row()}
-                f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                line = to_dict(RolloutRow.model_validate({"group": g.group_id, **r.log_row()}))
+                f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     return path
 
 

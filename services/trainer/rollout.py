@@ -29,7 +29,7 @@ from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
 from skillos.methods import StreamContext, build_method
 from skillos.methods.writer import PURPOSE
-from skillos.protocol.curator import ContentJudgeRequest, ContentOp
+from skillos.protocol.curator import ContentJudgeRequest, ContentOp, CurateRequest, CurateResponse
 from skillos.stream import TASK_POSITION, StreamConfig, TaskSpec, run_stream
 
 log = get_logger("trainer.rollout")
@@ -279,13 +279,18 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
 
 class InProcessCurator:
     """A curator whose decisions are sampled from the policy: `skillos.curation.curate` over `PolicyLLM`.
-    (r_cnt still comes from the curator service's content judge, `ScoringCurator._judge`.)"""
+    (r_cnt still comes from the curator service's content judge, `ScoringCurator._judge`.)
+
+    It speaks the curator service's wire (`CurateRequest` in, `CurateResponse` out) like the remote
+    curator, so the stream and `ScoringCurator` read both alike; a request the core refuses
+    (`skillos.curation.CurationRequestError`) fails the rollout."""
 
     def __init__(self, llm: ChatLLM, repo, options: CurationOptions):
         self.llm, self.repo, self.options = llm, repo, options
 
-    async def curate(self, request):
-        return await curate(request, llm=self.llm, repo=self.repo, options=self.options)
+    async def curate(self, request: CurateRequest) -> CurateResponse:
+        decision = await curate(request.to_decision_request(), llm=self.llm, repo=self.repo, options=self.options)
+        return CurateResponse.from_decision(decision)
 
 
 class _RemoteCurator:

@@ -33,6 +33,7 @@ from services.trainer.rollout import GroupResult, PolicySample, run_group
 from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
+from skillos.protocol.runs import RunFolder, TrainSummary, to_dict
 from skillos.settings import ActingSettings
 
 log = get_logger("trainer")
@@ -197,9 +198,10 @@ class Trainer:
         self.cfg = cfg
         self.settings = settings or TrainerSettings()
         self.out = Path(cfg.output_dir)
-        self.ckpt_dir = self.out / "checkpoints"
+        self.folder = RunFolder(self.out)      # the run folder's contract: `skillos.protocol.runs`
+        self.ckpt_dir = self.folder.checkpoints_dir
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.json").write_text(cfg.model_dump_json(indent=2))
+        self.folder.train_config.write_text(cfg.model_dump_json(indent=2))
 
     # --- set-up ---------------------------------------------------------------------------
     def _build_model(self):
@@ -312,9 +314,9 @@ class Trainer:
             for client in closing:
                 await client.aclose()
         if metrics.path.exists():
-            summary["report"] = str(plot_report(metrics.path, self.out / "report.png"))
+            summary["report"] = str(plot_report(metrics.path, self.folder.train_report))
         summary["end_step"] = step
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.folder.summary.write_text(json.dumps(to_dict(TrainSummary.model_validate(summary)), indent=2))
         return summary
 
     async def _step(self, step, engine, tokenizer, ref, sampler, ctx,

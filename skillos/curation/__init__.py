@@ -31,6 +31,11 @@ No I/O: `schema` makes what the LLM is asked for (the tools definition and the J
 `prompt` the messages; `decision.curate` runs one decision through a `ChatLLM` (`llm.py`: the HTTP
 client and the trainer's policy both satisfy it) and an `OpsPort` (the skill repo client) that the
 caller passes in.
+
+**Its own types**: `curate` takes a `DecisionRequest` and returns a `Decision` (`types.py`, plain
+dataclasses), and refuses the caller's mistakes with `CurationRequestError`, which carries no HTTP
+status. The curator service and the trainer map them to the wire (`skillos.protocol.curator`, which
+imports this package's leaf modules; nothing here imports a wire schema) and to HTTP errors.
 """
 
 from skillos.curation.decision import ATOMIC, OpsPort, curate, token_trace
@@ -49,13 +54,15 @@ from skillos.curation.options import CurationOptions, llm_arguments, response_fo
 from skillos.curation.parse import ParsedCall, content_from_fields, parse_curator_output
 from skillos.curation.prompt import build_curator_messages
 from skillos.curation.schema import CURATOR_JSON_SCHEMA, CURATOR_TOOLS, MAX_TEXT, curator_json_schema
+from skillos.curation.types import CurationRequestError, Decision, DecisionRequest, DecisionUsage, TokenTrace
 from skillos.curation.validate import validate
 from skillos.curation.verdict import OpVerdict, settle, validity_rate
 
 __all__ = [
     "ATOMIC", "CURATOR_JSON_SCHEMA", "CURATOR_OP", "CURATOR_TOOLS", "MAX_TEXT", "OP_NAMES", "OP_TYPES",
-    "ChatLLM", "CurationOptions", "CuratorOp", "NewSkillInsert", "OpName", "OpVerdict", "OpsPort",
-    "ParsedCall", "SkillDelete", "SkillUpdate", "build_curator_messages", "content_from_fields", "curate",
+    "ChatLLM", "CurationOptions", "CurationRequestError", "CuratorOp", "Decision", "DecisionRequest",
+    "DecisionUsage", "NewSkillInsert", "OpName", "OpVerdict", "OpsPort", "ParsedCall", "SkillDelete",
+    "SkillUpdate", "TokenTrace", "build_curator_messages", "content_from_fields", "curate",
     "curator_json_schema", "llm_arguments", "parse_curator_output", "response_format_for", "settle",
     "token_trace", "validate", "validity_rate",
 ]

@@ -3,10 +3,11 @@
 The only async code of the package, and it does no I/O of its own: the model is reached through
 the `ChatLLM` and the repo through the `OpsPort` it is given. The curator service passes its HTTP
 LLM client and a skill repo client that maps repo failures to its error shape; the trainer passes
-its in-process policy and its repo client. Both therefore run the same decision.
+its in-process policy and its repo client. Both therefore run the same decision, and each maps the
+`Decision` to its wire (`skillos.protocol.curator.CurateResponse.from_decision`).
 
 `curate` never fails on what the model wrote: each call gets a verdict. A failed LLM backend is
-reported in the answer's ``error`` with no calls (validity 0), so a stream or a trainer can count it.
+reported in the decision's ``error`` with no calls (validity 0), so a stream or a trainer can count it.
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ from skillos.curation.llm import ChatLLM
 from skillos.curation.options import CurationOptions, llm_arguments
 from skillos.curation.parse import parse_curator_output
 from skillos.curation.prompt import build_curator_messages
+from skillos.curation.types import CurationRequestError, Decision, DecisionRequest, DecisionUsage, TokenTrace
 from skillos.curation.validate import validate
 from skillos.curation.verdict import settle, validity_rate
+from skillos.logging import get_logger
 
 if TYPE_CHECKING:
     from skillos.llm.client import ChatResult
-    from skillos.protocol.curator import CurateRequest, CurateResponse, TokenTrace
 
 # Atomicity of a decision's op batch: every valid op is applied, every refused one leaves the repo
 # as it was, and each call is judged on its own. r_fc is "the fraction of generated calls that are
 # valid and successfully executed" (paper, Eq. 1): with an all-or-nothing batch one refused call
 # would un-execute its valid siblings and r_fc would only say whether the decision had a bad call.
 ATOMIC = False
+
+log = get_logger("curator")
 
 
 class OpsPort(Protocol):
@@ -44,8 +48,6 @@ class OpsPort(Protocol):
 
 def token_trace(result: ChatResult) -> TokenTrace:
     """Token ids and log-probs wherever the backend put them (vLLM's return_token_ids, OpenAI logprobs)."""
-    from skillos.protocol.curator import TokenTrace
-
     raw = result.raw or {}
     choice = (raw.get("choices") or [{}])[0] or {}
     trace = TokenTrace(prompt_token_ids=raw.get("prompt_token_ids") or choice.get("prompt_token_ids"),
@@ -56,38 +58,36 @@ def token_trace(result: ChatResult) -> TokenTrace:
     return trace
 
 
-async def curate(req: CurateRequest, *, llm: ChatLLM, repo: OpsPort | None,
-                 options: CurationOptions) -> CurateResponse:
+async def curate(req: DecisionRequest, *, llm: ChatLLM, repo: OpsPort | None,
+                 options: CurationOptions) -> Decision:
     """One decision for ``req``; applies the valid calls to ``req.repo`` when ``req.apply``.
 
-    Raises only for the caller's mistakes (apply without a repo) and for what ``repo`` raises.
+    Raises `CurationRequestError` for the caller's mistakes (apply without a repo) and whatever
+    ``repo`` raises; nothing else.
     """
-    # imported here: the wire types and the HTTP LLM client are not needed to load the core
-    from skillos.errors import APIError
+    # imported here: who only reads ops (the skill repo service) does not load the HTTP LLM client
+    # (httpx and its Prometheus metrics, which would show in that service's /metrics)
     from skillos.llm.client import LLMError
-    from skillos.logging import get_logger
-    from skillos.protocol.curator import CurateResponse, CurateUsage
 
-    log = get_logger("curator")
     if req.apply and not req.repo:
-        raise APIError(422, "invalid_request", "apply is true but no repo was given: set repo, or apply=false")
+        raise CurationRequestError("apply is true but no repo was given: set repo, or apply=false")
     if req.apply and repo is None:
-        raise APIError(422, "invalid_request", "apply is true but this curator has no skill repo")
+        raise CurationRequestError("apply is true but this curator has no skill repo")
     start = time.perf_counter()
     call_id = uuid.uuid4().hex[:16]
     if req.apply:
         await repo.get_repo(req.repo)  # fail fast: no LLM time spent for a repo that is not there
     messages = build_curator_messages(req.trajectory, req.self_judged_success, req.retrieved_skills,
                                       output_format=options.output_mode)
-    kwargs = llm_arguments(options, shown_skills=[k.name for k in req.retrieved_skills],
+    kwargs = llm_arguments(options, shown_skills=[_name(k) for k in req.retrieved_skills],
                            temperature=req.temperature, seed=req.seed, logprobs=req.logprobs)
     try:
         result = await llm.chat(messages, **kwargs)
     except LLMError as e:
         log.warning("curator_llm_failed", error=e.describe())
-        return CurateResponse(calls=[], validity_rate=0.0, applied=False, raw_completion="",
-                              messages=messages, model=llm.model, error=e.describe(),
-                              usage=CurateUsage(total_seconds=time.perf_counter() - start), call_id=call_id)
+        return Decision(calls=[], validity_rate=0.0, applied=False, raw_completion="",
+                        messages=messages, model=llm.model, error=e.describe(),
+                        usage=DecisionUsage(total_seconds=time.perf_counter() - start), call_id=call_id)
     parsed = parse_curator_output(result.content, result.tool_calls)
     if result.finish_reason == "length" and parsed and parsed[-1].error is None and not result.tool_calls:
         # a grammar-constrained object that closed exactly at the limit is fine; note it for debugging
@@ -96,15 +96,18 @@ async def curate(req: CurateRequest, *, llm: ChatLLM, repo: OpsPort | None,
     applied = False
     sent = [v.index for v in verdicts if v.valid]
     if req.apply and sent:
-        origin = {"source": "curator", **(req.origin.model_dump(exclude_none=True) if req.origin else {}),
-                  "curator_call": call_id}
+        origin = {"source": "curator", **(req.origin or {}), "curator_call": call_id}
         result_ops = await repo.apply_ops(req.repo, [verdicts[i].call() for i in sent],
                                           idempotency_key=req.idempotency_key, atomic=ATOMIC, origin=origin)
         applied = settle(verdicts, sent, result_ops.verdicts)
-    return CurateResponse(
+    return Decision(
         calls=verdicts, validity_rate=validity_rate(verdicts), applied=applied, raw_completion=result.content,
         raw_tool_calls=result.tool_calls or None, messages=messages, tokens=token_trace(result),
         model=str(result.raw.get("model") or llm.model), call_id=call_id,
-        usage=CurateUsage(prompt_tokens=result.usage.prompt_tokens,
-                          completion_tokens=result.usage.completion_tokens, llm_seconds=result.latency_s,
-                          total_seconds=time.perf_counter() - start))
+        usage=DecisionUsage(prompt_tokens=result.usage.prompt_tokens,
+                            completion_tokens=result.usage.completion_tokens, llm_seconds=result.latency_s,
+                            total_seconds=time.perf_counter() - start))
+
+
+def _name(skill: Any) -> str:
+    return skill.get("name", "") if isinstance(skill, dict) else skill.name

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class ChatLLM(Protocol):
     @property
     def model(self) -> str:
-        """The model's name, reported in ``CurateResponse.model`` when the backend does not say."""
+        """The model's name, reported in ``Decision.model`` when the backend does not say."""
         ...
 
     async def chat(self, messages: list[dict], *, tools: list[dict] | None = None, tool_choice: Any = None,

@@ -5,17 +5,23 @@ The op names are the paper's canonical curator tools: ``new_skill_insert``, ``sk
 so that every generated call has a verdict and the validity rate (r_fc) counts it.
 
 The op, the parsed call and the verdict are curation's own types (`skillos.curation`), re-exported
-here: this module only adds the request and response around them.
+here: this module only adds the request and response around them, and the mapping between them and
+the core's decision (`CurateRequest.to_decision_request`, `CurateResponse.from_decision`). It imports
+curation's leaf modules; curation imports no wire schema.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # curation defines these and the wire uses them as they are; re-exported for the service and clients
-from skillos.curation import OP_NAMES, OpName, OpVerdict, ParsedCall  # noqa: F401
+from skillos.curation.ops import OP_NAMES, OpName  # noqa: F401
+from skillos.curation.parse import ParsedCall  # noqa: F401
+from skillos.curation.types import Decision, DecisionRequest
+from skillos.curation.verdict import OpVerdict
 from skillos.protocol.executor import SEED_MAX
 from skillos.protocol.skillrepo import OpOrigin
 
@@ -72,6 +78,15 @@ class CurateRequest(BaseModel):
     origin: OpOrigin | None = Field(None, description="where the decision comes from (run, task), kept with the "
                                                       "ops in the repo's op log together with the call's id")
 
+    def to_decision_request(self) -> DecisionRequest:
+        """The core's request for this wire request (`skillos.curation.curate` takes it)."""
+        return DecisionRequest(
+            trajectory=self.trajectory, self_judged_success=self.self_judged_success,
+            retrieved_skills=list(self.retrieved_skills), repo=self.repo, apply=self.apply,
+            temperature=self.temperature, seed=self.seed, logprobs=self.logprobs,
+            idempotency_key=self.idempotency_key,
+            origin=self.origin.model_dump(exclude_none=True) if self.origin else None)
+
 
 class TokenTrace(BaseModel):
     """Token ids and log-probs of prompt and completion when the backend returns them (for GRPO)."""
@@ -101,6 +116,15 @@ class CurateResponse(BaseModel):
     model: str = ""
     error: str | None = Field(None, description="set when the LLM backend failed; calls is then empty")
     call_id: str = Field("", description="this decision's id, kept as origin.curator_call in the repo's op log")
+
+    @classmethod
+    def from_decision(cls, decision: Decision) -> CurateResponse:
+        """The wire answer of a core decision (`skillos.curation.curate`), field for field."""
+        return cls(calls=decision.calls, validity_rate=decision.validity_rate, applied=decision.applied,
+                   raw_completion=decision.raw_completion, raw_tool_calls=decision.raw_tool_calls,
+                   messages=decision.messages, tokens=TokenTrace(**asdict(decision.tokens)),
+                   usage=CurateUsage(**asdict(decision.usage)), model=decision.model, error=decision.error,
+                   call_id=decision.call_id)
 
 
 class ContentOp(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +19,9 @@ from skillos.curation import (
     OP_NAMES,
     ChatLLM,
     CurationOptions,
+    CurationRequestError,
+    Decision,
+    DecisionRequest,
     NewSkillInsert,
     OpVerdict,
     SkillDelete,
@@ -30,7 +34,7 @@ from skillos.curation import (
 )
 from skillos.curation.ops import required, signature
 from skillos.llm import ChatResult, LLMClient, LLMError, LLMSettings
-from skillos.protocol.curator import CurateRequest
+from skillos.protocol.curator import CurateRequest, CurateResponse
 from skillos.protocol.skillrepo import OpOutcome, OpsResult
 
 DATA = Path(__file__).parent / "data"
@@ -178,8 +182,8 @@ class FakeRepo:
 
 
 def _request(**kw):
-    return CurateRequest(trajectory={"task": "put a clean apple in fridge"}, self_judged_success=False,
-                         retrieved_skills=[{"name": "find-object"}], repo="r", **kw)
+    return DecisionRequest(**{"trajectory": {"task": "put a clean apple in fridge"}, "self_judged_success": False,
+                              "retrieved_skills": [{"name": "find-object"}], "repo": "r", **kw})
 
 
 def test_a_decision_applies_its_valid_calls_one_by_one_and_counts_r_fc_per_call():
@@ -223,6 +227,35 @@ def test_without_apply_nothing_is_sent():
     response = asyncio.run(curate(_request(apply=False), llm=FakeLLM(completion), repo=repo,
                                   options=CurationOptions()))
     assert repo.batches == [] and response.calls[0].valid and not response.calls[0].applied
+
+
+@pytest.mark.parametrize("kw,repo,message", [
+    ({"repo": None}, FakeRepo(), "apply is true but no repo was given: set repo, or apply=false"),
+    ({}, None, "apply is true but this curator has no skill repo"),
+])
+def test_the_callers_mistakes_are_the_cores_own_error_not_an_http_one(kw, repo, message):
+    llm = FakeLLM("{}")
+    with pytest.raises(CurationRequestError) as err:
+        asyncio.run(curate(_request(**kw), llm=llm, repo=repo, options=CurationOptions()))
+    assert str(err.value) == message and llm.asked == []
+    assert not hasattr(err.value, "status")
+
+
+def test_a_decision_is_the_cores_type_and_the_wire_maps_it_field_for_field():
+    completion = '{"calls": [{"name": "skill_delete", "arguments": {"skill_name": "find-object"}}]}'
+    wire = CurateRequest(trajectory={"task": "put a clean apple in fridge"}, self_judged_success=False,
+                         retrieved_skills=[{"name": "find-object"}], repo="r", seed=4,
+                         origin={"source": "run", "run": "x", "position": 2})
+    repo = FakeRepo()
+    decision = asyncio.run(curate(wire.to_decision_request(), llm=FakeLLM(completion), repo=repo,
+                                  options=CurationOptions()))
+    assert type(decision) is Decision
+    assert repo.batches[0]["origin"] == {"source": "run", "run": "x", "position": 2,
+                                         "curator_call": decision.call_id}
+    response = CurateResponse.from_decision(decision)
+    assert [f.name for f in fields(Decision)] == list(CurateResponse.model_fields)
+    assert response.calls[0] is decision.calls[0] and response.call_id == decision.call_id
+    assert response.usage.total_seconds == decision.usage.total_seconds
 
 
 def test_the_http_llm_client_is_a_chat_llm():
