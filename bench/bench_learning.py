@@ -129,7 +129,8 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     recs = load_records(*dirs)
     if method_a not in recs or method_b not in recs:
         raise SystemExit(f"{', '.join(map(str, dirs))} has methods {sorted(recs)}; need {method_a} and {method_b}")
-    cfg = _config(dirs[0])
+    # the header's settings from a folder that played method_a (a pooled comparison's folders may differ)
+    cfg = next((c for c in map(_config, dirs) if method_a in (c.get("methods") or [])), None) or _config(dirs[0])
     env = cfg.get("env", "?")
     measures = [("SR (%)", lambda r: float(bool(r["success"])), True)]
     if env in ("webshop", "reasoning"):  # partial credit: WebShop's reward, a reasoning-gym family's score
@@ -137,8 +138,8 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     where = run_dir if isinstance(run_dir, Path) else dirs[0].parent
     title = f"{env} / {cfg.get('split', '?')}: {method_a} vs {method_b}"
     if len(dirs) > 1:
-        title += f" ({len(dirs)} streams, one per task type: {', '.join(d.name for d in dirs)})"
-        cfg = {**cfg, "tasks": sum(_config(d).get("tasks") or 0 for d in dirs)}
+        title += f" (pooled over {len(dirs)} run folders: {', '.join(d.name for d in dirs)})"
+        cfg = {**cfg, "tasks": len({t for m in (method_a, method_b) for s in recs[m].values() for t in s})}
     lines = run_header(title, cfg, where)
     seeds = sorted(set(recs[method_a]) & set(recs[method_b]))
     header = "| seed | n | " + " | ".join(f"{name}: {method_a} vs {method_b}, Δ [95% CI]" for name, _, _ in measures)

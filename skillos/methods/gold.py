@@ -1,8 +1,10 @@
-"""Gold skills: the repo starts with one hand-written procedure per ALFWorld task type, written from the
-handcoded expert's plans on valid_train, and is never curated: what a correct skill does for this executor.
+"""Gold skills: the repo starts with one hand-written procedure per task type, and is never curated: what
+a correct skill does for this executor.
 
-The six skills are `skillos/methods/gold_skills/<name>/SKILL.md` (how they were derived: the README
-there). Before the first task they are written to the stream's repo (a new version of each, beside a
+ALFWorld: six skills, `skillos/methods/gold_skills/<name>/SKILL.md`, written from the handcoded expert's
+plans on valid_train (how they were derived: the README there). Reasoning: one per reasoning-gym family
+of the evidence runs, `skillos/methods/gold_skills/reasoning/<name>/SKILL.md`, written by hand from the
+family's task statement on the `train` split (the README there). Before the first task they are written to the stream's repo (a new version of each, beside a
 ``--from-repo`` library's skills); the executor then retrieves the top k for every task as it does for
 SkillOS (``--k``, ``--retrieval``; ``--param gold.k=1`` gives it the top one only). No self-judge, no
 curator, no writer. Every task's record says whether the first skill retrieved was its type's
@@ -22,6 +24,8 @@ from skillos.skills import SkillDoc, parse
 from skillos.stream import TaskRecord, TaskSpec, play_episode
 
 GOLD_DIR = Path(__file__).resolve().parent / "gold_skills"
+# the env's gold skills: ALFWorld's at the top of GOLD_DIR (the first env that had them), others in a folder
+GOLD_DIRS = {"alfworld": GOLD_DIR, "reasoning": GOLD_DIR / "reasoning"}
 
 
 def gold_skills(folder: Path = GOLD_DIR) -> list[SkillDoc]:
@@ -49,13 +53,14 @@ class Gold(Method):
 
     def check(self, ctx: StreamContext) -> None:
         super().check(ctx)
-        if ctx.config.env != "alfworld":
-            raise ValueError(f"method 'gold' has skills for ALFWorld only, not {ctx.config.env!r}")
+        if ctx.config.env not in GOLD_DIRS:
+            raise ValueError(f"method 'gold' has skills for {' and '.join(sorted(GOLD_DIRS))} only, "
+                             f"not {ctx.config.env!r}")
 
     async def setup(self, ctx: StreamContext) -> None:
         await super().setup(ctx)
         self.by_type = {}
-        for doc in gold_skills():
+        for doc in gold_skills(GOLD_DIRS[ctx.config.env]):
             await ctx.repo.put_skill(ctx.config.repo, doc.to_markdown())
             self.by_type[doc.metadata.get("task_type")] = doc.name
         self.seeded = sorted(self.by_type.values())

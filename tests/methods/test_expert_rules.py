@@ -15,7 +15,7 @@ from services.skillrepo.search import BM25Index, document_tokens, tokenize
 from skillos.curation.prompt import MAX_TURNS_SHOWN
 from skillos.methods import MethodConfigError, build_method
 from skillos.methods.expert_seeded import DEMOS, TYPES, choose, expert_trajectory, load_demos
-from skillos.methods.gold import gold_skills
+from skillos.methods.gold import GOLD_DIRS, gold_skills
 from tests.conftest import ROOT, SHARED_DATA
 
 ALFWORLD = SHARED_DATA / "alfworld"
@@ -51,6 +51,27 @@ def test_bm25_ranks_the_types_gold_skill_first_for_every_instruction():
         if not top or top[0][0] != by_type[t.type]:
             wrong[(t.type, t.instruction, top[0][0] if top else None)] += 1
     assert tasks and not wrong, wrong.most_common(10)
+
+
+REASONING_FAMILIES = ("letter_counting", "spell_backward", "number_sorting", "gsm_symbolic")
+
+
+def test_reasoning_gold_skills_one_per_family_found_first_for_train_and_valid_problems():
+    """The reasoning gold skills (one per family of the evidence runs) are short, and BM25 ranks the
+    family's own first for the first 50 problems of each family on train and valid."""
+    from services.envs.reasoning.gym import ReasoningGym
+
+    skills = gold_skills(GOLD_DIRS["reasoning"])
+    assert sorted(s.metadata["task_type"] for s in skills) == sorted(REASONING_FAMILIES)
+    assert all(len(s.to_markdown()) <= 1000 for s in skills), [(s.name, len(s.to_markdown())) for s in skills]
+    index = BM25Index()
+    for s in skills:
+        index.upsert(s.name, document_tokens(s.name, s.description, s.body))
+    by_type = {s.metadata["task_type"]: s.name for s in skills}
+    gym = ReasoningGym(REASONING_FAMILIES, tasks_per_split=50)
+    wrong = [(t.id, top[0][0] if top else None) for split in ("train", "valid") for t in gym.tasks(split)
+             if not (top := index.search(tokenize(t.instruction), 1)) or top[0][0] != by_type[t.type]]
+    assert not wrong, wrong[:10]
 
 
 def test_committed_expert_games_are_valid_train_and_won():
