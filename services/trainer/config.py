@@ -70,7 +70,7 @@ class RolloutConfig(_Strict):
 class AgentConfig(_Strict):
     """The agent-policy mode (`policy: agent`): the policy is the executor's LLM, playing a method's
     episodes with its skills in context (SkillRL, SAPO, Skill1 train this way; "none" is plain GRPO
-    of the agent). Per-segment credit follows each paper (services/trainer/agent_rewards.py)."""
+    of the agent). Per-segment credit follows each paper (services/trainer/rollouts/agent_rewards.py)."""
 
     method: Literal["none", "skillrl", "sapo", "skill1"] = "skill1"
     params: dict[str, Any] = {}                 # the method's own parameters (`skillos methods`)
