@@ -12,22 +12,6 @@ from skillos.cli.common import fail, print_json
 group_app = typer.Typer(no_args_is_help=True, help="Build grouped task streams for curator training (App. B.2).")
 
 
-def _set_path(data: dict, item: str) -> None:
-    """``a.b=VALUE`` into a nested dict (VALUE read as YAML: numbers, booleans, lists)."""
-    import yaml
-
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--set {item!r}: write KEY=VALUE (dotted KEY for a nested field)")
-    *parents, last = key.strip().split(".")
-    node = data
-    for p in parents:
-        if not isinstance(node.get(p), dict):
-            raise ValueError(f"--set {item!r}: {p!r} is not a section of the config")  # noqa: TRY004 - bad user input
-        node = node[p]
-    node[last] = yaml.safe_load(raw) if raw.strip() else raw
-
-
 def _read_tasks_jsonl(path: Path) -> list[dict]:
     tasks = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
@@ -218,23 +202,15 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
     ) -> None:
         """GRPO training of the skill curator, or with `policy: agent` of the agent acting with a method's
         skills (SkillRL, SAPO, Skill1); resumes from output_dir's last checkpoint."""
-        from pydantic import ValidationError
-
         from services.trainer.config import TrainConfig
         from services.trainer.settings import TrainerSettings
         from skillos.cli.common import init_logging
 
-        if not config.is_file():
-            fail(f"config file {config} not found")
         try:
-            cfg = TrainConfig.from_yaml(config)
-            updates = {k: v for k, v in (("steps", steps), ("output_dir", output_dir)) if v is not None}
-            if updates or overrides:
-                data = {**cfg.model_dump(), **updates}
-                for item in overrides:
-                    _set_path(data, item)
-                cfg = TrainConfig.model_validate(data)
-        except (ValidationError, ValueError) as e:
+            cfg = TrainConfig.from_options(config, steps, output_dir, overrides)
+        except FileNotFoundError as e:
+            fail(str(e))
+        except ValueError as e:   # pydantic's ValidationError too
             fail(f"{config}: {e}")
         settings = TrainerSettings()
         init_logging(settings)

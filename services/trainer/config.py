@@ -10,6 +10,7 @@ to 0 (no reference model is kept); set it to 0.001 to reproduce Table 4 literall
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,3 +166,34 @@ class TrainConfig(_Strict):
         if not isinstance(data, dict):
             raise ValueError(f"{path}: the top level must be a mapping of config fields")  # noqa: TRY004 - bad file content
         return cls.model_validate(data)
+
+    @classmethod
+    def from_options(cls, path: Path, steps: int | None = None, output_dir: Path | None = None,
+                     overrides: Sequence[str] = ()) -> TrainConfig:
+        """`skillos train`'s options: the config file, then ``--steps`` and ``--output-dir``, then each
+        ``--set KEY=VALUE`` (`set_path`). Raises FileNotFoundError, or ValueError (pydantic's
+        ValidationError is one) saying what to fix."""
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} not found")
+        cfg = cls.from_yaml(path)
+        updates = {k: v for k, v in (("steps", steps), ("output_dir", output_dir)) if v is not None}
+        if updates or overrides:
+            data = {**cfg.model_dump(), **updates}
+            for item in overrides:
+                set_path(data, item)
+            cfg = cls.model_validate(data)
+        return cfg
+
+
+def set_path(data: dict, item: str) -> None:
+    """``a.b=VALUE`` into a nested dict (VALUE read as YAML: numbers, booleans, lists)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set {item!r}: write KEY=VALUE (dotted KEY for a nested field)")
+    *parents, last = key.strip().split(".")
+    node = data
+    for p in parents:
+        if not isinstance(node.get(p), dict):
+            raise ValueError(f"--set {item!r}: {p!r} is not a section of the config")  # noqa: TRY004 - bad user input
+        node = node[p]
+    node[last] = yaml.safe_load(raw) if raw.strip() else raw
