@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from skillos.cli.common import HostOption, fail, init_logging, print_json
+from skillos.cli.common import HostOption, fail, print_json
+from skillos.cli.serve import serve_service
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "skills"
 
@@ -83,17 +84,13 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         """The skill repo service (SKILLOS_DATABASE_URL, SKILLOS_REDIS_URL, SKILLOS_AUTH_MODE ...)."""
         from services.skillrepo.app import build_app
         from services.skillrepo.settings import SkillRepoSettings
-        from skillos.service import serve
+
+        def seed_first(application) -> None:
+            if seed:
+                seed_repo(application.state.skillrepo, seed, seed_dir)
 
         settings = SkillRepoSettings()
-        init_logging(settings)
-        try:
-            application = build_app(settings)
-        except ValueError as e:
-            fail(str(e))
-        if seed:
-            seed_repo(application.state.skillrepo, seed, seed_dir)
-        serve(application, host, port, log_level=settings.log_level)
+        serve_service(settings, lambda: build_app(settings), host, port, refuse=(ValueError,), then=seed_first)
 
     repo_app = typer.Typer(no_args_is_help=True, help="Talk to a running skill repo service.")
     app.add_typer(repo_app, name="repo")
