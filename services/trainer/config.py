@@ -93,7 +93,7 @@ class AgentConfig(_Strict):
 class SyncConfig(_Strict):
     # inprocess: the policy generates in the trainer's process (CPU path, nothing to push);
     # vllm_lora: save the adapter and POST /v1/load_lora_adapter; vllm_full: save and reload weights
-    # (sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
+    # (grpo/sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
     backend: Literal["inprocess", "vllm_lora", "vllm_full"] = "inprocess"
     vllm_url: str = "http://127.0.0.1:8000"
     adapter_name: str = "curator"              # vllm_lora: the model name the curator asks for
@@ -120,7 +120,7 @@ class TrainConfig(_Strict):
     clip_eps_high: float | None = None         # asymmetric upper clip; None: same as clip_eps
     kl_coef: float = 0.0                       # text: dropped; Table 4: 0.001 (see module docstring)
     # reward weights of Eq. 1, r = r_task + λ_f r_fc + λ_u r_cnt + λ_c r_comp (§4 implementation details:
-    # λ_f=1.0, λ_u=0.1, λ_c=0.05); the only place they are defaulted (rewards.py and rollout.py take them)
+    # λ_f=1.0, λ_u=0.1, λ_c=0.05); the only place they are defaulted (rollouts/curator_rewards.py and rollouts/curator.py take them)
     lambda_fc: float = 1.0
     lambda_cnt: float = 0.1
     lambda_comp: float = 0.05
@@ -157,7 +157,7 @@ class TrainConfig(_Strict):
         return self
 
     def reward_weights(self) -> tuple[float, float, float]:
-        """(λ_fc, λ_cnt, λ_comp) in the order `rewards.composite_reward` takes them."""
+        """(λ_fc, λ_cnt, λ_comp) in the order `rollouts.curator_rewards.composite_reward` takes them."""
         return self.lambda_fc, self.lambda_cnt, self.lambda_comp
 
     @classmethod

@@ -79,7 +79,7 @@ def signal_metrics(groups) -> dict[str, float]:
 def _push_weights(sync, module, tokenizer, step: int) -> float:
     """Every rank enters the push: under ZeRO-3 they gather the weights together; rank 0 writes
     them and calls the server, and the others wait for its outcome (a failure raises on every
-    rank), so no rank samples its next rollouts from the old weights. See sync.py."""
+    rank), so no rank samples its next rollouts from the old weights. See grpo/sync.py."""
     return sync.push(module, tokenizer, step)
 
 

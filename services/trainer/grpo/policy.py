@@ -4,7 +4,7 @@ CPU path: SmolLM2-135M-Instruct, whose only copy here is the Q4_1 GGUF inside th
 package; transformers dequantises it to a float model (`gguf_file=`), converted once and cached
 as safetensors beside the run so later loads are fast. Generation runs in the trainer's process
 (no weight sync needed); `GenerationBatcher` groups concurrent requests from parallel rollouts
-into one `generate` call, each row optionally under a JSON-schema constraint (`constrained.py`).
+into one `generate` call, each row optionally under a JSON-schema constraint (`decoding/constrained.py`).
 Log-probs used by the loss are always recomputed here, under the same constraint.
 """
 

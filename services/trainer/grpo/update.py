@@ -27,7 +27,7 @@ def _microbatches(samples: list[PolicySample], size: int) -> list[list[PolicySam
 
 
 def _allowed(samples: list[PolicySample]) -> list[torch.Tensor | None]:
-    # the masks each completion was sampled under, replayed from its ids (see constrained.py)
+    # the masks each completion was sampled under, replayed from its ids (see decoding/constrained.py)
     return [s.constraint.masks(s.completion_ids) if s.constraint is not None else None for s in samples]
 
 
