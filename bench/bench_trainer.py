@@ -50,7 +50,7 @@ import torch
 
 
 def _samples(n: int, prompt: int, completion: int, vocab: int):
-    from services.trainer.rollouts.base import PolicySample
+    from services.trainer.grpo.sample import PolicySample
 
     rng = random.Random(0)
     return [PolicySample([rng.randrange(100, vocab) for _ in range(prompt)],

@@ -11,8 +11,8 @@ from services.trainer.grouping.io import GroupTask, TaskGroup
 from services.trainer.grpo import checkpoint
 from services.trainer.grpo.engine import build_engine
 from services.trainer.grpo.policy import encode_prompt, load_policy, sequence_logprobs
+from services.trainer.grpo.sample import PolicySample
 from services.trainer.grpo.update import update_policy
-from services.trainer.rollouts.base import PolicySample
 
 pytestmark = pytest.mark.slow
 

@@ -91,8 +91,8 @@ def moved(a: list[float], b: list[float]) -> float:
 
 def test_vllm_full_serves_the_weights_of_a_real_update(served, cache, tok, prompts, tmp_path):
     from services.trainer.grpo.engine import build_engine
+    from services.trainer.grpo.sample import PolicySample
     from services.trainer.grpo.update import update_policy
-    from services.trainer.rollouts.base import PolicySample
 
     server, weights = served
     sync = WeightSync(SyncConfig(backend="vllm_full", vllm_url=server.url, weights_dir=weights), tmp_path)

@@ -23,8 +23,8 @@ from safetensors.torch import load_file
 
 from services.trainer.config import SyncConfig, TrainConfig
 from services.trainer.grpo.policy import apply_lora, encode_prompt, load_policy
+from services.trainer.grpo.sample import PolicySample
 from services.trainer.grpo.sync import WeightSync, WeightSyncError
-from services.trainer.rollouts.base import PolicySample
 from skillos.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

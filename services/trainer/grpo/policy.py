@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from services.trainer.decoding.constrained import GrammarLogitsProcessor
 from services.trainer.grpo.loss import token_logprobs
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -120,8 +121,6 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     """Sample one completion per prompt (left-padded batch). Returns completion ids, EOS kept.
     constraints[i] (a `SchemaConstraint` or None) restricts row i to its schema."""
     from transformers import LogitsProcessorList
-
-    from services.trainer.decoding.constrained import GrammarLogitsProcessor
 
     pad = tokenizer.pad_token_id
     width = max(len(p) for p in prompts)

@@ -18,7 +18,7 @@ from services.trainer.config import TrainConfig
 from services.trainer.grpo.engine import grad_norm, local_grad_norm, rank_world
 from services.trainer.grpo.loss import clipped_surrogate_loss
 from services.trainer.grpo.policy import sequence_logprobs
-from services.trainer.rollouts.base import PolicySample
+from services.trainer.grpo.sample import PolicySample
 
 
 def _microbatches(samples: list[PolicySample], size: int) -> list[list[PolicySample]]:

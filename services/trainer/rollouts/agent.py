@@ -28,15 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.trainer.grpo.sample import PolicySample
 from services.trainer.rollouts.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
-from services.trainer.rollouts.base import (
-    EPISODE,
-    GroupResult,
-    PolicyLLM,
-    PolicySample,
-    RolloutFailed,
-    run_group,
-)
+from services.trainer.rollouts.base import EPISODE, GroupResult, PolicyLLM, RolloutFailed, run_group
 from skillos.acting.options import PlayerOptions
 from skillos.acting.player import EpisodePlayer
 from skillos.clients.skillrepo import SkillRepoError

@@ -1,5 +1,6 @@
-"""What every rollout shares, curator or agent: the sample the loss is computed over, the policy as a
-`ChatLLM` (`PolicyLLM`, sampled in-process), and the group of N rollouts with its retries.
+"""What every rollout shares, curator or agent: the policy as a `ChatLLM` (`PolicyLLM`, sampled
+in-process, each completion kept as a `grpo.sample.PolicySample`), and the group of N rollouts with its
+retries.
 """
 
 from __future__ import annotations
@@ -12,28 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.trainer.grpo.policy import GenerationBatcher, encode_prompt
+from services.trainer.grpo.sample import PolicySample
 from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
 from skillos.methods.writer import PURPOSE
 from skillos.stream import TASK_POSITION
 
 log = get_logger("trainer.rollout")
-
-
-@dataclass
-class PolicySample:
-    """One completion of the policy, the unit the loss is computed over: a curation decision, or in the
-    agent mode one agent decision or one of a method's own calls (`segment`)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float = 0.0
-    group_id: str = ""
-    rollout: int = 0
-    constraint: Any = None       # the SchemaConstraint it was sampled under (the loss replays it)
-    segment: str = "curate"      # agent mode: act, query, rerank, distill, induce (`skillos.methods.writer.PURPOSE`)
-    position: int = -1           # agent mode: the task of the group it belongs to
-    episode: str | None = None   # agent mode, act: the episode it is a decision of
 
 
 @dataclass

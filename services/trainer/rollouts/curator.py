@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.trainer.grpo.policy import GenerationBatcher
-from services.trainer.rollouts.base import GroupResult, PolicyLLM, PolicySample, RolloutFailed, run_group
+from services.trainer.grpo.sample import PolicySample
+from services.trainer.rollouts.base import GroupResult, PolicyLLM, RolloutFailed, run_group
 from services.trainer.rollouts.curator_rewards import (
     Decision,
     RewardParts,
