@@ -9,7 +9,7 @@ gradient accumulation). The loss is the token-level clipped surrogate (eps 0.2) 
 completion tokens of the batch, no KL term. "completion tok/s" = N*C / (seconds per update).
 Generation is never inside a timed update. What each row times:
 
-- ours: `services.trainer.trainer.update_policy` on the DeepSpeed engine: one no-grad forward
+- ours: `services.trainer.grpo.update.update_policy` on the DeepSpeed engine: one no-grad forward
   over the batch for the old log-probs, then forward/backward per micro-batch and the engine step.
 - plain AdamW: the same two passes and loss with torch autograd and `torch.optim.AdamW`.
 - TRL GRPOTrainer: one optimizer step of `trainer.train()` (wall time from the `on_step_begin`
@@ -50,7 +50,7 @@ import torch
 
 
 def _samples(n: int, prompt: int, completion: int, vocab: int):
-    from services.trainer.rollout import PolicySample
+    from services.trainer.grpo.sample import PolicySample
 
     rng = random.Random(0)
     return [PolicySample([rng.randrange(100, vocab) for _ in range(prompt)],
@@ -61,8 +61,8 @@ def _samples(n: int, prompt: int, completion: int, vocab: int):
 def plain_update(model, opt, samples, cfg, pad_id) -> float:
     """The baseline: the same loss with torch autograd and AdamW, no DeepSpeed.
     Returns the seconds spent on the old-log-prob pass."""
-    from services.trainer.loss import clipped_surrogate_loss
-    from services.trainer.policy import sequence_logprobs
+    from services.trainer.grpo.loss import clipped_surrogate_loss
+    from services.trainer.grpo.policy import sequence_logprobs
 
     total = float(sum(len(s.completion_ids) for s in samples))
     mbs = [samples[i:i + cfg.deepspeed.micro_batch_sequences]
@@ -90,7 +90,7 @@ def trl_update(cache: Path, warm, samples, cfg, repeats: int, after_step) -> lis
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from services.trainer.policy import load_policy
+    from services.trainer.grpo.policy import load_policy
 
     n, micro = len(samples), cfg.deepspeed.micro_batch_sequences
     if n % micro or n % 2:
@@ -151,9 +151,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from services.trainer.config import TrainConfig
-    from services.trainer.engine import build_engine
-    from services.trainer.policy import generate_batch, load_policy
-    from services.trainer.trainer import update_policy
+    from services.trainer.grpo.engine import build_engine
+    from services.trainer.grpo.policy import generate_batch, load_policy
+    from services.trainer.grpo.update import update_policy
 
     cache = Path(tempfile.gettempdir()) / "skillos-bench-trainer" / "smollm2"
     cfg = TrainConfig(output_dir=cache.parent / "out", lr=1e-6)

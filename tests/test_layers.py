@@ -67,3 +67,14 @@ def test_the_protocol_imports_curations_leaf_modules_not_the_package():
     offenders = [f"{p}:{n} {m}" for p, n, m in _imports("skillos/protocol")
                  if m in ("skillos.curation", "skillos.curation.decision")]
     assert offenders == []
+
+
+@pytest.mark.parametrize(("folder", "may_import"), [
+    ("services/trainer/decoding", ("services.trainer.decoding",)),
+    ("services/trainer/grpo", ("services.trainer.grpo", "services.trainer.decoding", "services.trainer.config",
+                               "services.trainer.data"))])
+def test_the_trainers_engine_and_decoding_import_no_rollouts(folder, may_import):
+    """Inside the trainer: rollouts → the GRPO engine (`grpo/`) → decoding, never back up."""
+    offenders = [f"{p}:{n} {m}" for p, n, m in _imports(folder)
+                 if _under(m, "services") and not any(_under(m, ok) for ok in may_import)]
+    assert offenders == []

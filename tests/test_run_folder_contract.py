@@ -16,7 +16,7 @@ import pytest
 from harness.report import RunLog, StreamRun, summarize, write_summary, write_task_records
 from services.console.runs import RunStore
 from services.trainer.metrics import MetricsWriter, read_metrics, write_rollouts
-from services.trainer.rewards import RewardParts
+from services.trainer.rollouts.curator_rewards import RewardParts
 from skillos.protocol.runs import (
     TASK_FILE,
     MetricsRow,
@@ -112,7 +112,7 @@ def test_a_stream_run_written_by_the_harness_reads_back_through_the_contract(tmp
 
 
 def _curator_rollout(n: int) -> SimpleNamespace:
-    """What `services.trainer.rollout.RolloutResult.log_row` gives (without importing torch for it)."""
+    """What `services.trainer.rollouts.curator.RolloutResult.log_row` gives (without importing torch for it)."""
     reward = RewardParts(task=0.5, fc=1.0, cnt=0.25, comp=-0.1, total=0.6 + n)
     return SimpleNamespace(log_row=lambda: {
         "rollout": n, "reward": reward.as_dict(), "advantage": 0.1 * n, "successes": [True, False],

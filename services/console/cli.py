@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from skillos.cli.common import HostOption
+from skillos.cli.serve import serve_service
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:
@@ -14,9 +15,6 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         """The web console: repos, skills, versions, diffs, the op timeline and runs (live)."""
         from services.console.app import build_app
         from services.console.settings import ConsoleSettings
-        from skillos.cli.common import init_logging
-        from skillos.service import serve
 
         settings = ConsoleSettings()
-        init_logging(settings)
-        serve(build_app(settings), host, port, log_level=settings.log_level)
+        serve_service(settings, lambda: build_app(settings), host, port)

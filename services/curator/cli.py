@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from skillos.cli.common import HostOption
+from skillos.cli.serve import serve_service
 
 RequestFileArg = typer.Argument(..., exists=True, help="a CurateRequest as JSON")
 
@@ -18,12 +19,9 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         """The skill curator service (POST /v1/curate, POST /v1/judge/content)."""
         from services.curator.app import build_app
         from services.curator.settings import CuratorSettings
-        from skillos.cli.common import init_logging
-        from skillos.service import serve
 
         settings = CuratorSettings()
-        init_logging(settings)
-        serve(build_app(settings), host, port, log_level=settings.log_level)
+        serve_service(settings, lambda: build_app(settings), host, port)
 
     @app.command("curate")
     def curate(request_file: Path = RequestFileArg,

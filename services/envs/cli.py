@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from skillos.cli.common import HostOption, fail, init_logging, print_json
+from skillos.cli.common import HostOption, fail, print_json
+from skillos.cli.serve import serve_service
 
 DataDirOption = typer.Option(None, "--data-dir", help="Data directory (default: the SKILLOS_<ENV>_DATA setting).")
 AlfworldDestOption = typer.Option(None, "--dest", help="default: SKILLOS_ALFWORLD_DATA")
@@ -44,20 +45,17 @@ def _serve(name: str, host: str, port: int, data_dir: Path | None, **overrides) 
 
     from services.envs.app import build_app
     from services.envs.settings import EnvServerSettings
-    from skillos.service import serve
 
     try:  # the command's options over the environment's settings, validated as the settings are
         settings = EnvServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         fail(f"invalid settings: {e}")
-    init_logging(settings)
-    settings.env_advertise_url = settings.env_advertise_url.replace("{port}", str(port))
-    try:
-        env = build_environment(name, data_dir, settings)
-        app = build_app(env, settings)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-    serve(app, host, port, log_level=settings.log_level)
+
+    def build():
+        settings.env_advertise_url = settings.env_advertise_url.replace("{port}", str(port))
+        return build_app(build_environment(name, data_dir, settings), settings)
+
+    serve_service(settings, build, host, port, refuse=(FileNotFoundError, ValueError))
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from skillos.cli.common import HostOption, fail, init_logging, print_json
+from skillos.cli.common import HostOption, fail, print_json
+from skillos.cli.serve import serve_service
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "skills"
 
@@ -76,145 +77,157 @@ def _read(source: str) -> str:
     return p.read_text(encoding="utf-8")
 
 
-def register(app: typer.Typer, serve_app: typer.Typer) -> None:
-    @serve_app.command("skillrepo")
-    def serve_skillrepo(host: str = HostOption, port: int = typer.Option(8001, "--port"),
-                        seed: str = SeedOption, seed_dir: Path = SeedDirOption) -> None:
-        """The skill repo service (SKILLOS_DATABASE_URL, SKILLOS_REDIS_URL, SKILLOS_AUTH_MODE ...)."""
-        from services.skillrepo.app import build_app
-        from services.skillrepo.settings import SkillRepoSettings
-        from skillos.service import serve
+repo_app = typer.Typer(no_args_is_help=True, help="Talk to a running skill repo service.")
 
-        settings = SkillRepoSettings()
-        init_logging(settings)
-        try:
-            application = build_app(settings)
-        except ValueError as e:
-            fail(str(e))
+
+def serve_skillrepo(host: str = HostOption, port: int = typer.Option(8001, "--port"),
+                    seed: str = SeedOption, seed_dir: Path = SeedDirOption) -> None:
+    """The skill repo service (SKILLOS_DATABASE_URL, SKILLOS_REDIS_URL, SKILLOS_AUTH_MODE ...)."""
+    from services.skillrepo.app import build_app
+    from services.skillrepo.settings import SkillRepoSettings
+
+    def seed_first(application) -> None:
         if seed:
             seed_repo(application.state.skillrepo, seed, seed_dir)
-        serve(application, host, port, log_level=settings.log_level)
 
-    repo_app = typer.Typer(no_args_is_help=True, help="Talk to a running skill repo service.")
-    app.add_typer(repo_app, name="repo")
+    settings = SkillRepoSettings()
+    serve_service(settings, lambda: build_app(settings), host, port, refuse=(ValueError,), then=seed_first)
 
-    @repo_app.command("create")
-    def create(name: str, url: str = UrlOption, token: str = TokenOption) -> None:
-        """Create a repo."""
-        print_json(_run(lambda: _client(url, token).create_repo(name)).model_dump(mode="json"))
 
-    @repo_app.command("list")
-    def list_(url: str = UrlOption, token: str = TokenOption) -> None:
-        """List repos."""
-        for r in _run(lambda: _client(url, token).list_repos()):
-            typer.echo(f"{r.name}\t{r.skill_count} skills\tseq {r.seq}"
-                       + (f"\tforked from {r.forked_from}" if r.forked_from else ""))
+@repo_app.command("create")
+def create(name: str, url: str = UrlOption, token: str = TokenOption) -> None:
+    """Create a repo."""
+    print_json(_run(lambda: _client(url, token).create_repo(name)).model_dump(mode="json"))
 
-    @repo_app.command("fork")
-    def fork(source: str, name: str, snapshot: str = SnapshotOption,
-             url: str = UrlOption, token: str = TokenOption) -> None:
-        """Fork SOURCE (or its snapshot) into a new repo NAME."""
-        print_json(_run(lambda: _client(url, token).fork_repo(source, name, snapshot)).model_dump(mode="json"))
 
-    @repo_app.command("put")
-    def put(repo: str, source: str = typer.Argument(..., help="a SKILL.md file, a skill folder, or - for stdin"),
-            if_match: int = typer.Option(None, "--if-match", help="only if the skill is at this version"),
-            url: str = UrlOption, token: str = TokenOption) -> None:
-        """Create or replace a skill from a SKILL.md document."""
-        text = _read(source)
-        s = _run(lambda: _client(url, token).put_skill(repo, text, if_match=if_match))
-        typer.echo(f"{s.name} version {s.version}")
+@repo_app.command("list")
+def list_(url: str = UrlOption, token: str = TokenOption) -> None:
+    """List repos."""
+    for r in _run(lambda: _client(url, token).list_repos()):
+        typer.echo(f"{r.name}\t{r.skill_count} skills\tseq {r.seq}"
+                   + (f"\tforked from {r.forked_from}" if r.forked_from else ""))
 
-    @repo_app.command("get")
-    def get(repo: str, name: str, json_out: bool = typer.Option(False, "--json"),
-            url: str = UrlOption, token: str = TokenOption) -> None:
-        """Print a skill's SKILL.md document (or its JSON with --json)."""
-        c = _client(url, token)
-        if json_out:
-            print_json(_run(lambda: c.get_skill(repo, name)).model_dump(mode="json"))
-        else:
-            typer.echo(_run(lambda: c.get_skill_markdown(repo, name)), nl=False)
 
-    @repo_app.command("rm")
-    def rm(repo: str, name: str = typer.Argument(None, help="the skill; without it the whole repo goes"),
+@repo_app.command("fork")
+def fork(source: str, name: str, snapshot: str = SnapshotOption,
+         url: str = UrlOption, token: str = TokenOption) -> None:
+    """Fork SOURCE (or its snapshot) into a new repo NAME."""
+    print_json(_run(lambda: _client(url, token).fork_repo(source, name, snapshot)).model_dump(mode="json"))
+
+
+@repo_app.command("put")
+def put(repo: str, source: str = typer.Argument(..., help="a SKILL.md file, a skill folder, or - for stdin"),
+        if_match: int = typer.Option(None, "--if-match", help="only if the skill is at this version"),
+        url: str = UrlOption, token: str = TokenOption) -> None:
+    """Create or replace a skill from a SKILL.md document."""
+    text = _read(source)
+    s = _run(lambda: _client(url, token).put_skill(repo, text, if_match=if_match))
+    typer.echo(f"{s.name} version {s.version}")
+
+
+@repo_app.command("get")
+def get(repo: str, name: str, json_out: bool = typer.Option(False, "--json"),
+        url: str = UrlOption, token: str = TokenOption) -> None:
+    """Print a skill's SKILL.md document (or its JSON with --json)."""
+    c = _client(url, token)
+    if json_out:
+        print_json(_run(lambda: c.get_skill(repo, name)).model_dump(mode="json"))
+    else:
+        typer.echo(_run(lambda: c.get_skill_markdown(repo, name)), nl=False)
+
+
+@repo_app.command("rm")
+def rm(repo: str, name: str = typer.Argument(None, help="the skill; without it the whole repo goes"),
+       url: str = UrlOption, token: str = TokenOption) -> None:
+    """Delete a skill, or a whole repo."""
+    c = _client(url, token)
+    _run(lambda: c.delete_skill(repo, name) if name else c.delete_repo(repo))
+    typer.echo(f"deleted {repo}/{name}" if name else f"deleted repo {repo}")
+
+
+@repo_app.command("search")
+def search(repo: str, query: str, k: int = KOption,
+           mode: str = typer.Option("bm25", "--mode", help="bm25 (keywords) | dense (meaning) | hybrid (both)"),
            url: str = UrlOption, token: str = TokenOption) -> None:
-        """Delete a skill, or a whole repo."""
-        c = _client(url, token)
-        _run(lambda: c.delete_skill(repo, name) if name else c.delete_repo(repo))
-        typer.echo(f"deleted {repo}/{name}" if name else f"deleted repo {repo}")
+    """Top-k skills for a query."""
+    from skillos.protocol.skillrepo import SEARCH_MODES
 
-    @repo_app.command("search")
-    def search(repo: str, query: str, k: int = KOption,
-               mode: str = typer.Option("bm25", "--mode", help="bm25 (keywords) | dense (meaning) | hybrid (both)"),
-               url: str = UrlOption, token: str = TokenOption) -> None:
-        """Top-k skills for a query."""
-        from skillos.protocol.skillrepo import SEARCH_MODES
+    if mode not in SEARCH_MODES:
+        fail(f"unknown mode {mode!r}: use {', '.join(SEARCH_MODES)}")
+    for h in _run(lambda: _client(url, token).search(repo, query, k, mode)):
+        typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}")
 
-        if mode not in SEARCH_MODES:
-            fail(f"unknown mode {mode!r}: use {', '.join(SEARCH_MODES)}")
-        for h in _run(lambda: _client(url, token).search(repo, query, k, mode)):
-            typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}")
 
-    @repo_app.command("ops")
-    def ops(repo: str, source: str = typer.Argument(..., help="JSON file (or -): a list of ops or {\"ops\": [...]}"),
-            key: str = typer.Option(None, "--idempotency-key"),
-            non_atomic: bool = typer.Option(False, "--non-atomic", help="apply the valid ops, refuse the rest"),
+@repo_app.command("ops")
+def ops(repo: str, source: str = typer.Argument(..., help="JSON file (or -): a list of ops or {\"ops\": [...]}"),
+        key: str = typer.Option(None, "--idempotency-key"),
+        non_atomic: bool = typer.Option(False, "--non-atomic", help="apply the valid ops, refuse the rest"),
+        url: str = UrlOption, token: str = TokenOption) -> None:
+    """Apply curator function calls."""
+    try:
+        data = json.loads(_read(source))
+    except json.JSONDecodeError as e:
+        fail(f"not JSON: {e}")
+    op_list = data.get("ops") if isinstance(data, dict) else data
+    if not isinstance(op_list, list):
+        fail("give a JSON list of ops or an object with an 'ops' list")
+    print_json(_run(lambda: _client(url, token).apply_ops(repo, op_list, key, not non_atomic))
+               .model_dump(mode="json"))
+
+
+@repo_app.command("export")
+def export(repo: str, out: Path = OutOption,
+           url: str = UrlOption, token: str = TokenOption) -> None:
+    """Download the repo as a tar.gz of <name>/SKILL.md folders."""
+    data = _run(lambda: _client(url, token).export(repo))
+    target = out or Path(f"{repo}.tar.gz")
+    target.write_bytes(data)
+    typer.echo(f"wrote {target} ({len(data)} bytes)")
+
+
+@repo_app.command("import")
+def import_(repo: str, source: Path = SourceArchiveArg,
+            replace: bool = typer.Option(False, "--replace", help="delete skills not in the source"),
+            create: bool = typer.Option(True, "--create/--no-create", help="create the repo if missing"),
             url: str = UrlOption, token: str = TokenOption) -> None:
-        """Apply curator function calls."""
+    """Add skills from a tar.gz or a folder of skill folders."""
+    from skillos.clients.skillrepo import SkillRepoError
+
+    try:
+        data = folder_archive(source) if source.is_dir() else source.read_bytes()
+    except (FileNotFoundError, IsADirectoryError) as e:
+        fail(str(e))
+    c = _client(url, token)
+    if create:
         try:
-            data = json.loads(_read(source))
-        except json.JSONDecodeError as e:
-            fail(f"not JSON: {e}")
-        op_list = data.get("ops") if isinstance(data, dict) else data
-        if not isinstance(op_list, list):
-            fail("give a JSON list of ops or an object with an 'ops' list")
-        print_json(_run(lambda: _client(url, token).apply_ops(repo, op_list, key, not non_atomic))
-                   .model_dump(mode="json"))
+            c.create_repo(repo)
+        except SkillRepoError as e:
+            if e.code != "repo_exists":
+                fail(f"{e.status} {e.code}: {e.message}")
+    r = _run(lambda: c.import_(repo, data, replace=replace))
+    typer.echo(f"imported {len(r.imported)} skills into {repo}: {', '.join(r.imported)}")
 
-    @repo_app.command("export")
-    def export(repo: str, out: Path = OutOption,
-               url: str = UrlOption, token: str = TokenOption) -> None:
-        """Download the repo as a tar.gz of <name>/SKILL.md folders."""
-        data = _run(lambda: _client(url, token).export(repo))
-        target = out or Path(f"{repo}.tar.gz")
-        target.write_bytes(data)
-        typer.echo(f"wrote {target} ({len(data)} bytes)")
 
-    @repo_app.command("import")
-    def import_(repo: str, source: Path = SourceArchiveArg,
-                replace: bool = typer.Option(False, "--replace", help="delete skills not in the source"),
-                create: bool = typer.Option(True, "--create/--no-create", help="create the repo if missing"),
-                url: str = UrlOption, token: str = TokenOption) -> None:
-        """Add skills from a tar.gz or a folder of skill folders."""
-        from skillos.clients.skillrepo import SkillRepoError
+@repo_app.command("history")
+def history(repo: str, name: str, url: str = UrlOption, token: str = TokenOption) -> None:
+    """A skill's versions, newest first."""
+    for v in _run(lambda: _client(url, token).skill_versions(repo, name)):
+        typer.echo(f"v{v.version}\t{'deleted' if v.deleted else 'present'}\t{v.cause}\tseq {v.seq}\t"
+                   f"{v.created_at.isoformat()}")
 
-        try:
-            data = folder_archive(source) if source.is_dir() else source.read_bytes()
-        except (FileNotFoundError, IsADirectoryError) as e:
-            fail(str(e))
-        c = _client(url, token)
-        if create:
-            try:
-                c.create_repo(repo)
-            except SkillRepoError as e:
-                if e.code != "repo_exists":
-                    fail(f"{e.status} {e.code}: {e.message}")
-        r = _run(lambda: c.import_(repo, data, replace=replace))
-        typer.echo(f"imported {len(r.imported)} skills into {repo}: {', '.join(r.imported)}")
 
-    @repo_app.command("history")
-    def history(repo: str, name: str, url: str = UrlOption, token: str = TokenOption) -> None:
-        """A skill's versions, newest first."""
-        for v in _run(lambda: _client(url, token).skill_versions(repo, name)):
-            typer.echo(f"v{v.version}\t{'deleted' if v.deleted else 'present'}\t{v.cause}\tseq {v.seq}\t"
-                       f"{v.created_at.isoformat()}")
+@repo_app.command("snapshot")
+def snapshot(repo: str, label: str, url: str = UrlOption, token: str = TokenOption) -> None:
+    """Remember the repo's current skills under LABEL."""
+    print_json(_run(lambda: _client(url, token).snapshot(repo, label)).model_dump(mode="json"))
 
-    @repo_app.command("snapshot")
-    def snapshot(repo: str, label: str, url: str = UrlOption, token: str = TokenOption) -> None:
-        """Remember the repo's current skills under LABEL."""
-        print_json(_run(lambda: _client(url, token).snapshot(repo, label)).model_dump(mode="json"))
 
-    @repo_app.command("restore")
-    def restore(repo: str, label: str, url: str = UrlOption, token: str = TokenOption) -> None:
-        """Make the repo's skills what they were at snapshot LABEL."""
-        print_json(_run(lambda: _client(url, token).restore(repo, label)).model_dump(mode="json"))
+@repo_app.command("restore")
+def restore(repo: str, label: str, url: str = UrlOption, token: str = TokenOption) -> None:
+    """Make the repo's skills what they were at snapshot LABEL."""
+    print_json(_run(lambda: _client(url, token).restore(repo, label)).model_dump(mode="json"))
+
+
+def register(app: typer.Typer, serve_app: typer.Typer) -> None:
+    serve_app.command("skillrepo")(serve_skillrepo)
+    app.add_typer(repo_app, name="repo")

@@ -10,6 +10,7 @@ to 0 (no reference model is kept); set it to 0.001 to reproduce Table 4 literall
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,7 +71,7 @@ class RolloutConfig(_Strict):
 class AgentConfig(_Strict):
     """The agent-policy mode (`policy: agent`): the policy is the executor's LLM, playing a method's
     episodes with its skills in context (SkillRL, SAPO, Skill1 train this way; "none" is plain GRPO
-    of the agent). Per-segment credit follows each paper (services/trainer/agent_rewards.py)."""
+    of the agent). Per-segment credit follows each paper (services/trainer/rollouts/agent_rewards.py)."""
 
     method: Literal["none", "skillrl", "sapo", "skill1"] = "skill1"
     params: dict[str, Any] = {}                 # the method's own parameters (`skillos methods`)
@@ -92,7 +93,7 @@ class AgentConfig(_Strict):
 class SyncConfig(_Strict):
     # inprocess: the policy generates in the trainer's process (CPU path, nothing to push);
     # vllm_lora: save the adapter and POST /v1/load_lora_adapter; vllm_full: save and reload weights
-    # (sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
+    # (grpo/sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
     backend: Literal["inprocess", "vllm_lora", "vllm_full"] = "inprocess"
     vllm_url: str = "http://127.0.0.1:8000"
     adapter_name: str = "curator"              # vllm_lora: the model name the curator asks for
@@ -119,7 +120,7 @@ class TrainConfig(_Strict):
     clip_eps_high: float | None = None         # asymmetric upper clip; None: same as clip_eps
     kl_coef: float = 0.0                       # text: dropped; Table 4: 0.001 (see module docstring)
     # reward weights of Eq. 1, r = r_task + λ_f r_fc + λ_u r_cnt + λ_c r_comp (§4 implementation details:
-    # λ_f=1.0, λ_u=0.1, λ_c=0.05); the only place they are defaulted (rewards.py and rollout.py take them)
+    # λ_f=1.0, λ_u=0.1, λ_c=0.05); the only place they are defaulted (rollouts/curator_rewards.py and rollouts/curator.py take them)
     lambda_fc: float = 1.0
     lambda_cnt: float = 0.1
     lambda_comp: float = 0.05
@@ -156,7 +157,7 @@ class TrainConfig(_Strict):
         return self
 
     def reward_weights(self) -> tuple[float, float, float]:
-        """(λ_fc, λ_cnt, λ_comp) in the order `rewards.composite_reward` takes them."""
+        """(λ_fc, λ_cnt, λ_comp) in the order `rollouts.curator_rewards.composite_reward` takes them."""
         return self.lambda_fc, self.lambda_cnt, self.lambda_comp
 
     @classmethod
@@ -165,3 +166,34 @@ class TrainConfig(_Strict):
         if not isinstance(data, dict):
             raise ValueError(f"{path}: the top level must be a mapping of config fields")  # noqa: TRY004 - bad file content
         return cls.model_validate(data)
+
+    @classmethod
+    def from_options(cls, path: Path, steps: int | None = None, output_dir: Path | None = None,
+                     overrides: Sequence[str] = ()) -> TrainConfig:
+        """`skillos train`'s options: the config file, then ``--steps`` and ``--output-dir``, then each
+        ``--set KEY=VALUE`` (`set_path`). Raises FileNotFoundError, or ValueError (pydantic's
+        ValidationError is one) saying what to fix."""
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} not found")
+        cfg = cls.from_yaml(path)
+        updates = {k: v for k, v in (("steps", steps), ("output_dir", output_dir)) if v is not None}
+        if updates or overrides:
+            data = {**cfg.model_dump(), **updates}
+            for item in overrides:
+                set_path(data, item)
+            cfg = cls.model_validate(data)
+        return cfg
+
+
+def set_path(data: dict, item: str) -> None:
+    """``a.b=VALUE`` into a nested dict (VALUE read as YAML: numbers, booleans, lists)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set {item!r}: write KEY=VALUE (dotted KEY for a nested field)")
+    *parents, last = key.strip().split(".")
+    node = data
+    for p in parents:
+        if not isinstance(node.get(p), dict):
+            raise ValueError(f"--set {item!r}: {p!r} is not a section of the config")  # noqa: TRY004 - bad user input
+        node = node[p]
+    node[last] = yaml.safe_load(raw) if raw.strip() else raw

@@ -1,8 +1,8 @@
 """The GRPO training loop (Algorithm 1 with N rollouts per group, §3.2.2).
 
-step: sample groups → rollouts over HTTP (services/trainer/rollout.py) → rewards and group
+step: sample groups → rollouts over HTTP (`rollouts/`: curator or agent) → rewards and group
 advantages → recompute old log-probs → token-level clipped surrogate → one DeepSpeed optimizer
-step → push weights to the serving backend → metrics → checkpoint every k steps.
+step (`grpo/update.py`) → push weights to the serving backend → metrics → checkpoint every k steps.
 """
 
 from __future__ import annotations
@@ -21,15 +21,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from services.trainer import checkpoint
-from services.trainer.agent import AgentContext, SkillRLBank, agent_signal, bank_name, run_agent_group
-from services.trainer.agent_rewards import SegmentWeights
 from services.trainer.config import TrainConfig
 from services.trainer.data import GroupSampler
-from services.trainer.engine import build_engine, grad_norm, local_grad_norm
-from services.trainer.loss import clipped_surrogate_loss
-from services.trainer.policy import sequence_logprobs
-from services.trainer.rollout import GroupResult, PolicySample, run_group
+from services.trainer.grpo import checkpoint
+from services.trainer.grpo.engine import build_engine, rank_world
+from services.trainer.grpo.update import update_policy
+from services.trainer.rollouts.agent import (
+    AgentContext,
+    SkillRLBank,
+    agent_signal,
+    bank_name,
+    run_agent_group,
+)
+from services.trainer.rollouts.agent_rewards import SegmentWeights
+from services.trainer.rollouts.base import GroupResult
+from services.trainer.rollouts.curator import RolloutContext, run_curator_group
 from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
@@ -43,93 +49,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _microbatches(samples: list[PolicySample], size: int) -> list[list[PolicySample]]:
-    ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
-
-
-def _allowed(samples: list[PolicySample]) -> list[torch.Tensor | None]:
-    # the masks each completion was sampled under, replayed from its ids (see constrained.py)
-    return [s.constraint.masks(s.completion_ids) if s.constraint is not None else None for s in samples]
-
-
-def _chosen_tokens(s: PolicySample, allowed: torch.Tensor | None) -> int:
-    return len(s.completion_ids) if allowed is None else int((allowed.sum(-1) > 1).sum())
-
-
-def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id: int,
-                  ref_model=None) -> dict[str, Any]:
-    """One optimizer step on `samples` (each carries its rollout's advantage)."""
-    samples = [s for s in samples if s.completion_ids]
-    if not samples:
-        return {"skipped": 1.0}
-    # token mean over the tokens the policy chose (grammar-forced tokens carry no decision), over every
-    # sample of the batch; a sample with A = 0 adds nothing to the surrogate's gradient, so without a KL
-    # term only the others are run through the model (most agent decisions of a task whose episodes
-    # all ended alike). Several ranks meet in every backward (the gradient all-reduce): there, every
-    # sample runs, so that no rank waits for one that had nothing to do.
-    masks = dict(zip(map(id, samples), _allowed(samples)))
-    total_tokens = max(1.0, float(sum(_chosen_tokens(s, masks[id(s)]) for s in samples)))
-    alone = _rank_world()[1] == 1
-    active = [s for s in samples if s.advantage != 0] if cfg.kl_coef == 0 and alone else samples
-    if not active:
-        return {"skipped": 1.0, "reason": "every advantage is 0: no gradient", "sequences": float(len(samples)),
-                "tokens": total_tokens}
-    mbs = _microbatches(active, cfg.deepspeed.micro_batch_sequences)
-    allowed = [[masks[id(s)] for s in mb] for mb in mbs]
-    start = time.perf_counter()
-    # old-policy log-probs: recomputed here from token ids, never taken from a server
-    engine.module.eval()
-    old: list[torch.Tensor] = []
-    refs: list[torch.Tensor | None] = []
-    with torch.no_grad():
-        for mb, al in zip(mbs, allowed):
-            lp, _ = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                      pad_id, cfg.temperature, al)
-            old.append(lp)
-            refs.append(_ref_logprobs(engine, ref_model, mb, pad_id, cfg, al) if cfg.kl_coef > 0 else None)
-    old_s = time.perf_counter() - start
-    engine.module.train()
-    stats = Counter()
-    pre_step_norm = None
-    for i, mb in enumerate(mbs):
-        logp, mask = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                       pad_id, cfg.temperature, allowed[i])
-        out = clipped_surrogate_loss(logp, old[i], torch.tensor([s.advantage for s in mb], device=logp.device), mask,
-                                     clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                                     ref_logp=refs[i], kl_coef=cfg.kl_coef, token_normalizer=total_tokens)
-        last = i == len(mbs) - 1
-        engine.set_gradient_accumulation_boundary(last)
-        engine.backward(out.loss)
-        if last:   # before step(): step clips and zeroes the gradients
-            pre_step_norm = local_grad_norm(engine.module)
-        engine.step()
-        n = out.tokens
-        stats["loss"] += float(out.loss.detach())
-        stats["clip_fraction"] += out.clip_fraction * n
-        stats["approx_kl_old"] += out.approx_kl_old * n
-        stats["kl_ref"] += out.kl_ref * n
-        stats["active_tokens"] += n
-    engine.module.eval()
-    elapsed = time.perf_counter() - start
-    ran = max(1.0, stats["active_tokens"])      # the per-token statistics are over the tokens that ran
-    return {"loss": stats["loss"], "clip_fraction": stats["clip_fraction"] / ran,
-            "approx_kl_old": stats["approx_kl_old"] / ran, "kl_ref": stats["kl_ref"] / ran,
-            "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens, "active_tokens": ran,
-            "completion_tokens": float(sum(len(s.completion_ids) for s in samples)),
-            "sequences": float(len(samples)), "active_sequences": float(len(active)),
-            "microbatches": float(len(mbs)), "old_logprob_s": old_s,
-            "seconds": elapsed, "tokens_per_s": ran / max(elapsed, 1e-9)}
-
-
-def _ref_logprobs(engine, ref_model, mb, pad_id, cfg, allowed) -> torch.Tensor:
-    prompts, comps = [s.prompt_ids for s in mb], [s.completion_ids for s in mb]
-    if cfg.model.lora:
-        with engine.module.disable_adapter():    # the base model is the reference
-            return sequence_logprobs(engine, prompts, comps, pad_id, cfg.temperature, allowed)[0]
-    return sequence_logprobs(ref_model, prompts, comps, pad_id, cfg.temperature, allowed)[0]
 
 
 def _mean(xs) -> float:
@@ -158,16 +77,10 @@ def signal_metrics(groups) -> dict[str, float]:
             "call_valid_rate": sum(c["valid"] for c in calls) / max(1, len(calls))}
 
 
-def _rank_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 def _push_weights(sync, module, tokenizer, step: int) -> float:
     """Every rank enters the push: under ZeRO-3 they gather the weights together; rank 0 writes
     them and calls the server, and the others wait for its outcome (a failure raises on every
-    rank), so no rank samples its next rollouts from the old weights. See sync.py."""
+    rank), so no rank samples its next rollouts from the old weights. See grpo/sync.py."""
     return sync.push(module, tokenizer, step)
 
 
@@ -205,7 +118,7 @@ class Trainer:
 
     # --- set-up ---------------------------------------------------------------------------
     def _build_model(self):
-        from services.trainer.policy import apply_lora, load_policy
+        from services.trainer.grpo.policy import apply_lora, load_policy
 
         m = self.cfg.model
         model, tokenizer = load_policy(m.path, m.gguf_file, m.dtype, cache_dir=self.out.parent / ".model-cache"
@@ -223,10 +136,9 @@ class Trainer:
         return asyncio.run(self._run())
 
     async def _run(self) -> dict[str, Any]:
+        from services.trainer.grpo.policy import GenerationBatcher
+        from services.trainer.grpo.sync import WeightSync
         from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
-        from services.trainer.policy import GenerationBatcher
-        from services.trainer.rollout import RolloutContext
-        from services.trainer.sync import WeightSync
         from skillos.clients.curator import AsyncCuratorClient
         from skillos.clients.executor import AsyncExecutorClient
         from skillos.clients.skillrepo import AsyncSkillRepoClient
@@ -259,7 +171,7 @@ class Trainer:
         wants_grammar = cfg.agent.action_format == "json" if cfg.policy == "agent" \
             else cfg.rollout.curator_output_mode == "json"
         if inprocess and wants_grammar:
-            from services.trainer.constrained import GrammarCache
+            from services.trainer.decoding.constrained import GrammarCache
 
             width = engine.module.get_output_embeddings().weight.shape[0]   # logits width
             grammars = GrammarCache(tokenizer, width, cfg.max_response_tokens)
@@ -287,7 +199,7 @@ class Trainer:
             while step < cfg.steps:
                 step += 1
                 row, kept = await self._step(step, engine, tokenizer, ref, sampler, ctx, sync)
-                if bank is not None and _rank_world()[0] == 0:   # one rank evolves the bank the others fork
+                if bank is not None and rank_world()[0] == 0:   # one rank evolves the bank the others fork
                     try:
                         evolution = await bank.after_step(step, kept)
                     except Exception as e:  # noqa: BLE001 - the teacher or the repo failed: the bank stays as it was
@@ -295,7 +207,7 @@ class Trainer:
                         log.warning("skillrl_bank_not_evolved", step=step, error=evolution["error"])
                     if evolution is not None:
                         row["evolution"] = evolution
-                if _rank_world()[0] == 0:
+                if rank_world()[0] == 0:
                     metrics.write(step, row)
                     write_rollouts(self.out, step, kept)
                 reward = row["reward"].get("total", row["reward"].get("outcome"))   # curator: Eq. 1; agent: outcome
@@ -323,11 +235,11 @@ class Trainer:
                     sync) -> tuple[dict[str, Any], list[GroupResult]]:
         """One GRPO step: the metrics row of the step and the groups kept (not dropped)."""
         cfg = self.cfg
-        play = run_agent_group if cfg.policy == "agent" else run_group
+        play = run_agent_group if cfg.policy == "agent" else run_curator_group
         batch = sampler.next_batch(cfg.groups_per_step)
         # data parallel: every rank draws the same batch (same seed and position) and plays its
         # own share of the groups; DeepSpeed averages the ranks' gradients
-        rank, world = _rank_world()
+        rank, world = rank_world()
         batch = batch[rank::world]
         t0 = time.perf_counter()
         gen_before = ctx.batcher.seconds if ctx.batcher else 0.0
@@ -396,7 +308,7 @@ class Trainer:
             concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
         bank = None
         if a.method == "skillrl":
-            if _rank_world()[1] > 1:
+            if rank_world()[1] > 1:
                 raise ValueError("agent.method=skillrl keeps one bank that evolves between steps: run it as one "
                                  "process (several ranks would each evolve it)")
             bank = SkillRLBank(ctx, bank_name(self.out), a.evolve_every)

@@ -1,7 +1,7 @@
 """`ChatLLM`: the one thing curation needs of a language model.
 
 Satisfied by the HTTP client `skillos.llm.LLMClient` (any OpenAI-compatible backend) and by the
-trainer's in-process policy (`services.trainer.rollout.PolicyLLM`), so a curation decision runs the
+trainer's in-process policy (`services.trainer.rollouts.base.PolicyLLM`), so a curation decision runs the
 same code whichever model answers. An implementation may ignore sampling arguments it controls
 itself (the trainer takes temperature and max_tokens from its own config) but must honour
 ``tools`` / ``response_format``: they decide the shape of what the parser reads.

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from skillos.cli.common import HostOption
+from skillos.cli.serve import serve_service
 
 llm_app = typer.Typer(no_args_is_help=True, help="LLM backends: try a chat request against a role's endpoint.")
 
@@ -45,42 +46,41 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
             "--chat-format", help="llama-cpp-python only: chat format (default: the GGUF's own template)")] = None,
     ) -> None:
         """The embedded OpenAI-compatible LLM server (llama.cpp on the CPU)."""
-        from skillos.cli.common import fail, init_logging
+        from skillos.cli.common import fail
         from skillos.models import ModelError, resolve
-        from skillos.service import serve
         from skillos.settings import CommonSettings
 
-        settings = CommonSettings()
-        init_logging(settings)
-        try:
-            path, spec = resolve(model, models_dir)
-        except (ModelError, KeyError) as e:
-            fail(str(e.args[0] if isinstance(e, KeyError) else e))
-        alias = spec.name if spec else path.stem
-        n_ctx = ctx or (spec.context if spec else 4096)
-        if backend == "llama-server":
-            from skillos.llm.llama_server import LlamaServer, build_proxy_app
-
+        def build():
             try:
-                server = LlamaServer(path, alias=alias, n_threads=n_threads, ctx_per_slot=n_ctx, parallel=parallel,
-                                     prompt_cache=prompt_cache)
-            except FileNotFoundError as e:
-                fail(str(e))
-            server.start()
-            try:
-                server.wait_ready()
-            except RuntimeError as e:
-                server.stop()
-                fail(str(e))
-            serve(build_proxy_app(server, model_name=alias, model_path=path), host, port, log_level=settings.log_level)
-        elif backend == "llama-cpp-python":
-            from skillos.llm.embedded import build_app
+                path, spec = resolve(model, models_dir)
+            except (ModelError, KeyError) as e:
+                fail(str(e.args[0] if isinstance(e, KeyError) else e))
+            alias = spec.name if spec else path.stem
+            n_ctx = ctx or (spec.context if spec else 4096)
+            if backend == "llama-server":
+                from skillos.llm.llama_server import LlamaServer, build_proxy_app
 
-            app = build_app(path, model_alias=alias, n_threads=n_threads, n_ctx=n_ctx, logits_all=logits_all,
-                            chat_format=chat_format)
-            serve(app, host, port, log_level=settings.log_level)
-        else:
+                try:
+                    server = LlamaServer(path, alias=alias, n_threads=n_threads, ctx_per_slot=n_ctx,
+                                         parallel=parallel, prompt_cache=prompt_cache)
+                except FileNotFoundError as e:
+                    fail(str(e))
+                server.start()
+                try:
+                    server.wait_ready()
+                except RuntimeError as e:
+                    server.stop()
+                    fail(str(e))
+                return build_proxy_app(server, model_name=alias, model_path=path)
+            if backend == "llama-cpp-python":
+                from skillos.llm.embedded import build_app
+
+                return build_app(path, model_alias=alias, n_threads=n_threads, n_ctx=n_ctx, logits_all=logits_all,
+                                 chat_format=chat_format)
             fail(f"unknown backend {backend!r}: use llama-server or llama-cpp-python")
+            return None
+
+        serve_service(CommonSettings(), build, host, port)
 
     @llm_app.command("chat")
     def chat(prompt: Annotated[str, typer.Argument(help="the user message")],

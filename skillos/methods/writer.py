@@ -18,7 +18,7 @@ from skillos.protocol.executor import EpisodeResponse
 TRAJECTORY_CHARS = 6000  # of a trajectory shown to the writer: the last turns are kept
 
 # What the LLM call under way is for ("act" outside `write`: an executor decision). A backend that is
-# being trained (the trainer's in-process policy, `services.trainer.rollout.PolicyLLM`) tags each of
+# being trained (the trainer's in-process policy, `services.trainer.rollouts.base.PolicyLLM`) tags each of
 # its completions with it, so that Skill1's query, rerank and distillation and SAPO's skill induction
 # get their own credit; an HTTP backend ignores it.
 PURPOSE: ContextVar[str] = ContextVar("skillos_llm_purpose", default="act")

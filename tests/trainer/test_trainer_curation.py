@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from services.trainer.rollout import InProcessCurator, PolicyLLM
+from services.trainer.rollouts.base import PolicyLLM
+from services.trainer.rollouts.curator import InProcessCurator
 from skillos.curation import ChatLLM, CurationOptions
 
 TRAINER = Path(__file__).resolve().parents[2] / "services" / "trainer"

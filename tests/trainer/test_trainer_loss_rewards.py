@@ -5,8 +5,13 @@ import math
 import pytest
 import torch
 
-from services.trainer.loss import clipped_surrogate_loss, token_logprobs
-from services.trainer.rewards import Decision, composite_reward, group_advantages, task_reward
+from services.trainer.grpo.loss import clipped_surrogate_loss, token_logprobs
+from services.trainer.rollouts.curator_rewards import (
+    Decision,
+    composite_reward,
+    group_advantages,
+    task_reward,
+)
 
 
 def test_loss_equals_hand_computed_value():

@@ -5,14 +5,14 @@ import random
 import pytest
 import torch
 
-from services.trainer import checkpoint
 from services.trainer.config import TrainConfig
 from services.trainer.data import GroupSampler, SamplerState
-from services.trainer.engine import build_engine
 from services.trainer.grouping.io import GroupTask, TaskGroup
-from services.trainer.policy import encode_prompt, load_policy, sequence_logprobs
-from services.trainer.rollout import PolicySample
-from services.trainer.trainer import update_policy
+from services.trainer.grpo import checkpoint
+from services.trainer.grpo.engine import build_engine
+from services.trainer.grpo.policy import encode_prompt, load_policy, sequence_logprobs
+from services.trainer.grpo.sample import PolicySample
+from services.trainer.grpo.update import update_policy
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import torch
 
 from harness.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
 from services.trainer.config import SyncConfig, TrainConfig
-from services.trainer.policy import apply_lora, encode_prompt, load_policy
-from services.trainer.sync import WeightSync, WeightSyncError
+from services.trainer.grpo.policy import apply_lora, encode_prompt, load_policy
+from services.trainer.grpo.sync import WeightSync, WeightSyncError
 
 pytestmark = [
     pytest.mark.slow,
@@ -90,9 +90,9 @@ def moved(a: list[float], b: list[float]) -> float:
 
 
 def test_vllm_full_serves_the_weights_of_a_real_update(served, cache, tok, prompts, tmp_path):
-    from services.trainer.engine import build_engine
-    from services.trainer.rollout import PolicySample
-    from services.trainer.trainer import update_policy
+    from services.trainer.grpo.engine import build_engine
+    from services.trainer.grpo.sample import PolicySample
+    from services.trainer.grpo.update import update_policy
 
     server, weights = served
     sync = WeightSync(SyncConfig(backend="vllm_full", vllm_url=server.url, weights_dir=weights), tmp_path)

@@ -22,9 +22,9 @@ import torch
 from safetensors.torch import load_file
 
 from services.trainer.config import SyncConfig, TrainConfig
-from services.trainer.policy import apply_lora, encode_prompt, load_policy
-from services.trainer.rollout import PolicySample
-from services.trainer.sync import WeightSync, WeightSyncError
+from services.trainer.grpo.policy import apply_lora, encode_prompt, load_policy
+from services.trainer.grpo.sample import PolicySample
+from services.trainer.grpo.sync import WeightSync, WeightSyncError
 from skillos.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -48,7 +48,7 @@ def stub_server(fail: bool = False):
         def __init__(self, *a, **kw):
             super().__init__(*a, transport=httpx.MockTransport(handle), **kw)
 
-    import services.trainer.sync as sync_mod
+    import services.trainer.grpo.sync as sync_mod
 
     sync_mod.httpx.Client = Stub
     try:
@@ -58,7 +58,7 @@ def stub_server(fail: bool = False):
 
 
 def one_step(engine, tok, cfg) -> None:
-    from services.trainer.trainer import update_policy
+    from services.trainer.grpo.update import update_policy
 
     prompt, _ = encode_prompt(tok, [{"role": "user", "content": "Name one kitchen tool."}], 256)
     good = tok("A sharp knife.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -75,7 +75,7 @@ def cache(tmp_path_factory) -> Path:
 
 
 def _zero3(model, tmp_path, lr=1e-4):
-    from services.trainer.engine import build_engine
+    from services.trainer.grpo.engine import build_engine
 
     cfg = TrainConfig(output_dir=tmp_path, lr=lr, deepspeed={"zero_stage": 3})
     engine = build_engine(model, cfg)

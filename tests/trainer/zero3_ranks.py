@@ -30,9 +30,9 @@ def main(cache: Path, out: Path) -> None:
     from safetensors.torch import load_file
 
     from services.trainer.config import SyncConfig, TrainConfig
-    from services.trainer.engine import build_engine
-    from services.trainer.policy import load_policy
-    from services.trainer.sync import WeightSync
+    from services.trainer.grpo.engine import build_engine
+    from services.trainer.grpo.policy import load_policy
+    from services.trainer.grpo.sync import WeightSync
     from tests.trainer.test_weight_sync_zero3 import one_step, stub_server
 
     model, tok = load_policy(cache_dir=cache)

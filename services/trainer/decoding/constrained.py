@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from services.trainer.grammar import Automaton, schema_node
+from services.trainer.decoding.grammar import Automaton, schema_node
 
 _FAR = 32767   # int16 "cannot go there"
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.trainer.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
-from services.trainer.rollout import EPISODE, GroupResult, PolicyLLM, PolicySample, RolloutFailed, run_group
+from services.trainer.grpo.sample import PolicySample
+from services.trainer.rollouts.agent_rewards import SegmentWeights, TaskPlay, segment_advantages
+from services.trainer.rollouts.base import EPISODE, GroupResult, PolicyLLM, RolloutFailed, run_group
 from skillos.acting.options import PlayerOptions
 from skillos.acting.player import EpisodePlayer
 from skillos.clients.skillrepo import SkillRepoError
@@ -205,7 +206,7 @@ def _plays(records, samples: list[PolicySample], outcomes: dict[str, float]) -> 
 
 async def run_agent_group(ctx: AgentContext, group, n_rollouts: int, step: int, retries: int,
                           seed: int) -> GroupResult:
-    """`rollout.run_group` with agent rollouts and per-segment credit."""
+    """`base.run_group` with agent rollouts and per-segment credit."""
     return await run_group(ctx, group, n_rollouts, step, retries, seed, rollout=run_agent_rollout,
                            credit=lambda g: credit(g, ctx.weights))
 

@@ -12,7 +12,7 @@ segment, and its advantage is:
     induce   A = λ·U if U > 0 else U,  U = mean(r_aug) − mean(r_base)      (SAPO Eq. 7: W-REINFORCE)
 
 u are the trends of the candidates before the task, π the policy's ranking of them, u* the best of them.
-Group advantages are centred, not divided by the std, as the curator's are (`rewards.group_advantages`).
+Group advantages are centred, not divided by the std, as the curator's are (`curator_rewards.group_advantages`).
 A weight multiplies an advantage rather than its loss term: the surrogate is linear in A, so the two
 are the same. The papers' equations did not survive in our copies of their texts; each line above
 follows their prose (docs/training.md, "Agent-policy mode").

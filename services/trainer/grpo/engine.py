@@ -98,3 +98,9 @@ def grad_norm(engine, fallback: float | None = None) -> float:
     if norm is None:
         return float("nan") if fallback is None else fallback
     return float(norm.item() if hasattr(norm, "item") else norm)
+
+
+def rank_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1

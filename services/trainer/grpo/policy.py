@@ -4,7 +4,7 @@ CPU path: SmolLM2-135M-Instruct, whose only copy here is the Q4_1 GGUF inside th
 package; transformers dequantises it to a float model (`gguf_file=`), converted once and cached
 as safetensors beside the run so later loads are fast. Generation runs in the trainer's process
 (no weight sync needed); `GenerationBatcher` groups concurrent requests from parallel rollouts
-into one `generate` call, each row optionally under a JSON-schema constraint (`constrained.py`).
+into one `generate` call, each row optionally under a JSON-schema constraint (`decoding/constrained.py`).
 Log-probs used by the loss are always recomputed here, under the same constraint.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from services.trainer.loss import token_logprobs
+from services.trainer.decoding.constrained import GrammarLogitsProcessor
+from services.trainer.grpo.loss import token_logprobs
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -120,8 +121,6 @@ def generate_batch(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     """Sample one completion per prompt (left-padded batch). Returns completion ids, EOS kept.
     constraints[i] (a `SchemaConstraint` or None) restricts row i to its schema."""
     from transformers import LogitsProcessorList
-
-    from services.trainer.constrained import GrammarLogitsProcessor
 
     pad = tokenizer.pad_token_id
     width = max(len(p) for p in prompts)

@@ -42,7 +42,8 @@ import torch
 from safetensors.torch import save_file
 
 from services.trainer.config import SyncConfig
-from services.trainer.zero3 import gathered_state_dict, is_zero3
+from services.trainer.grpo.engine import rank_world
+from services.trainer.grpo.zero3 import gathered_state_dict, is_zero3
 
 KEEP_ADAPTERS = 2   # step dirs kept: vLLM re-reads the current one if its LRU cache evicted it
 
@@ -70,7 +71,7 @@ class WeightSync:
 
         A collective when torch.distributed is up: every rank calls it (see module doc)."""
         start = time.perf_counter()
-        rank, world = _rank_world()
+        rank, world = rank_world()
         error: Exception | None = None
         if self.cfg.backend == "inprocess":
             model.eval()
@@ -159,13 +160,6 @@ class WeightSync:
         for f in incoming.iterdir():
             os.replace(f, self.weights_dir / f.name)
         incoming.rmdir()
-
-
-def _rank_world() -> tuple[int, int]:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _is_adapter(name: str) -> bool:

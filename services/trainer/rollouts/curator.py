@@ -18,37 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.trainer.policy import GenerationBatcher, encode_prompt
-from services.trainer.rewards import Decision, RewardParts, composite_reward, group_advantages
+from services.trainer.grpo.policy import GenerationBatcher
+from services.trainer.grpo.sample import PolicySample
+from services.trainer.rollouts.base import GroupResult, PolicyLLM, RolloutFailed, run_group
+from services.trainer.rollouts.curator_rewards import (
+    Decision,
+    RewardParts,
+    composite_reward,
+    group_advantages,
+)
 from skillos.curation import OP_NAMES, ChatLLM, CurationOptions, curate, parse_curator_output
-from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
 from skillos.methods import StreamContext, build_method
-from skillos.methods.writer import PURPOSE
 from skillos.protocol.curator import ContentJudgeRequest, ContentOp, CurateRequest, CurateResponse
-from skillos.stream import TASK_POSITION, StreamConfig, TaskSpec, run_stream
+from skillos.stream import StreamConfig, TaskSpec, run_stream
 
 log = get_logger("trainer.rollout")
-
-
-@dataclass
-class PolicySample:
-    """One completion of the policy, the unit the loss is computed over: a curation decision, or in the
-    agent mode one agent decision or one of a method's own calls (`segment`)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float = 0.0
-    group_id: str = ""
-    rollout: int = 0
-    constraint: Any = None       # the SchemaConstraint it was sampled under (the loss replays it)
-    segment: str = "curate"      # agent mode: act, query, rerank, distill, induce (`skillos.methods.writer.PURPOSE`)
-    position: int = -1           # agent mode: the task of the group it belongs to
-    episode: str | None = None   # agent mode, act: the episode it is a decision of
 
 
 @dataclass
@@ -68,79 +56,6 @@ class RolloutResult:
     def log_row(self) -> dict[str, Any]:
         return {"rollout": self.rollout, "reward": self.reward.as_dict(), "advantage": self.advantage,
                 "successes": self.successes, "decisions": self.traces}
-
-
-@dataclass
-class GroupResult:
-    group_id: str
-    rollouts: list[RolloutResult] = field(default_factory=list)
-    dropped: bool = False
-    reason: str = ""
-
-
-class RolloutFailed(Exception):
-    pass
-
-
-# The episode an agent decision belongs to (set by the agent mode's in-process executor, `agent.PolicyExecutor`).
-EPISODE: ContextVar[str | None] = ContextVar("skillos_policy_episode", default=None)
-
-
-class PolicyLLM:
-    """The trainer's policy as a `skillos.curation.ChatLLM` (what the HTTP `LLMClient` is to the service)."""
-
-    def __init__(self, batcher: GenerationBatcher, tokenizer, max_prompt_tokens: int, model_name: str,
-                 grammars=None):
-        self.batcher = batcher
-        self.tokenizer = tokenizer
-        self.grammars = grammars     # GrammarCache: honour response_format as llama.cpp does
-        self.max_prompt_tokens = max_prompt_tokens
-        self.model = model_name
-        self.samples: list[PolicySample] = []
-        self.truncated_prompts = 0
-
-    async def chat(self, messages: list[dict], response_format: dict | None = None, max_tokens: int | None = None,
-                   stop: list[str] | None = None, **_ignored: Any):
-        # the temperature is the trainer's (the log-probs of the loss are taken at it), not the caller's;
-        # max_tokens is honoured below the trainer's max_response_tokens
-        prompt_ids, truncated = encode_prompt(self.tokenizer, messages, self.max_prompt_tokens)
-        self.truncated_prompts += truncated
-        constraint = self.grammars.for_response_format(response_format) if self.grammars else None
-        start = time.perf_counter()
-        ids = await self.batcher.generate(prompt_ids, constraint, max_tokens)
-        stopped = False
-        if stop and constraint is None:
-            ids, stopped = cut_at_stop(self.tokenizer, ids, stop)
-        self.samples.append(PolicySample(prompt_ids=prompt_ids, completion_ids=ids, constraint=constraint,
-                                         segment=PURPOSE.get(), position=TASK_POSITION.get(),
-                                         episode=EPISODE.get()))
-        finished = stopped or (bool(ids) and ids[-1] == self.tokenizer.eos_token_id)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        if stopped:      # as an OpenAI server answers: the stop sequence itself is not in the content
-            text = text[:min(i for i in (text.find(s) for s in stop) if i >= 0)]
-        return ChatResult(content=text, finish_reason="stop" if finished else "length",
-                          usage=Usage(len(prompt_ids), len(ids)), latency_s=time.perf_counter() - start,
-                          raw={"model": self.model})
-
-    async def aclose(self) -> None:
-        pass
-
-
-def cut_at_stop(tokenizer, ids: list[int], stop: list[str]) -> tuple[list[int], bool]:
-    """The shortest prefix of ``ids`` whose text contains a stop sequence (and whether there was one).
-    Cutting after sampling is exact: the tokens kept were drawn from the same distributions as if the
-    generation had stopped there, so their log-probs in the loss are the sampling ones."""
-    stop = [s for s in stop if s]
-    if not stop or not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop):
-        return ids, False
-    lo, hi = 1, len(ids)            # the text of a prefix only grows: binary search the first hit
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=True) for s in stop):
-            hi = mid
-        else:
-            lo = mid + 1
-    return ids[:lo], True
 
 
 class ScoringCurator:
@@ -302,45 +217,16 @@ class _RemoteCurator:
         return await self.client.curate(request)
 
 
-async def run_group(ctx, group, n_rollouts: int, step: int, retries: int, seed: int,
-                    rollout=None, credit=None) -> GroupResult:
-    """N rollouts of one group in parallel (bounded by ctx.concurrency); each retried on failure.
-    A rollout that still fails drops the whole group: a group with a missing member would give
-    the others a wrong baseline. ``rollout`` plays one (default: a curator rollout, `run_rollout`);
-    ``credit`` sets the advantages of a complete group (default: Eq. 1's reward, group-centred)."""
-    rollout = rollout or run_rollout
-    result = GroupResult(group.id)
-
-    async def one(n: int):
-        last = ""
-        for attempt in range(retries + 1):
-            try:
-                if ctx.concurrency is not None:
-                    async with ctx.concurrency:
-                        return await rollout(ctx, group, n, step, attempt, seed)
-                return await rollout(ctx, group, n, step, attempt, seed)
-            except RolloutFailed as e:
-                last = str(e)
-            except Exception as e:  # noqa: BLE001 - service errors (HTTP, repo) are rollout failures
-                last = f"{type(e).__name__}: {e}"
-            log.warning("rollout_failed", group=group.id, rollout=n, attempt=attempt, reason=last[:500])
-        return last
-
-    outcomes = await asyncio.gather(*(one(n) for n in range(n_rollouts)))
-    failed = [(n, o) for n, o in enumerate(outcomes) if isinstance(o, str)]
-    if failed:
-        result.dropped = True
-        result.reason = f"rollout {failed[0][0]} failed after {retries + 1} attempt(s): {failed[0][1][:300]}"
-        log.warning("group_dropped", group=group.id, reason=result.reason)
-        return result
-    result.rollouts = [o for o in outcomes if not isinstance(o, str)]
-    (credit or _curator_credit)(result)
-    return result
-
-
 def _curator_credit(result: GroupResult) -> None:
     advantages = group_advantages([r.reward.total for r in result.rollouts])
     for r, a in zip(result.rollouts, advantages):
         r.advantage = a
         for s in r.samples:
             s.advantage = a
+
+
+async def run_curator_group(ctx: RolloutContext, group, n_rollouts: int, step: int, retries: int,
+                            seed: int) -> GroupResult:
+    """`base.run_group` with curator rollouts and Eq. 1's reward, group-centred."""
+    return await run_group(ctx, group, n_rollouts, step, retries, seed, rollout=run_rollout,
+                           credit=_curator_credit)
