@@ -8,15 +8,17 @@
         --method gold,skillos,skillos-expert --param gold.k=1
     # the statistics of any finished `skillos run` folder (methods A and B on the same tasks and seeds)
     .venv/bin/python -m bench.bench_learning analyze runs/learning/curation-alfworld --a skillos --b none
-    # reasoning-gym valid: one stream per family side by side (each family's own repo), pooled
-    .venv/bin/python -m bench.bench_learning curation --env reasoning --split valid --per-type 75 --seeds 1 \
-        --task-type gsm_symbolic,chain_sum,letter_counting,base_conversion --stream-per-type --concurrency 1
+    # reasoning-gym valid: one stream per family side by side (each family's own repo), pooled; the
+    # families served by the env (SKILLOS_REASONING_FAMILIES) and the run of bench/RESULTS-learning.md 0b
+    .venv/bin/python -m bench.bench_learning curation --env reasoning --split valid --per-type 25 --seeds 1 \
+        --task-type letter_counting,spell_backward,number_sorting,gsm_symbolic --stream-per-type \
+        --concurrency 1 --oracle-judge
 
 `curation` runs `skillos run` (its stack, or the one already up) with both methods and then `analyze`.
 `analyze` pairs the per-task records by (seed, task) and reports, per seed and pooled: success rate
 (WebShop also its score) with a paired bootstrap 95 % interval and McNemar's exact test, steps, and the
-usage / curation / judge numbers of the run's summary. It prints Markdown and writes ``learning.md``
-into the run folder; bench/RESULTS-learning.md quotes these files.
+usage / curation / judge numbers counted from the records. It prints Markdown and writes
+``learning-<a>-vs-<b>.md`` into the run folder (the parent folder of pooled ones); bench/RESULTS-learning.md quotes these files.
 """
 
 from __future__ import annotations
@@ -43,9 +45,14 @@ def load_records(*run_dirs: Path) -> dict[str, dict[int, dict[str, dict]]]:
     """method -> seed -> task_id -> record, from ``tasks/*.json`` (or ``tasks.jsonl`` of a live run) of
     each folder; the folders of one comparison played apart (one stream per task type) pool into one."""
     out: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+    source: dict[tuple[str, int, str], Path] = {}
     for run_dir in run_dirs:
         for r in _run_records(run_dir):
-            out[r["method"]][int(r.get("seed") or 0)][r["task_id"]] = r
+            key = (r["method"], int(r.get("seed") or 0), r["task_id"])
+            if source.setdefault(key, run_dir) != run_dir:  # two plays of one task: which to pair is unclear
+                raise SystemExit(f"{key[0]} played {key[2]} (seed {key[1]}) in both {source[key]} and {run_dir}: "
+                                 "pool folders that played disjoint tasks, or pass the folders to compare")
+            out[key[0]][key[1]][key[2]] = r
     return out
 
 
@@ -78,9 +85,9 @@ def _config(run_dir: Path) -> dict:
     """The run's config: its summary's (a finished run), else its run.json's (a live one)."""
     folder = RunFolder(run_dir)
     for path, model in ((folder.summary, RunSummary), (folder.run_state, RunState)):
-        if path.exists():
-            read = read_json(path, model)
-            return (read.config if read is not None else None) or {}
+        read = read_json(path, model) if path.exists() else None
+        if read is not None:
+            return read.config or {}
     return {}
 
 
@@ -124,8 +131,11 @@ def _last_sizes(records: list[dict]) -> list[int]:
 
 def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str = "none") -> str:
     """The paired statistics of one run folder, or of several pooled (a ``--stream-per-type`` comparison:
-    pass its parent folder or the list); writes ``learning.md`` into the (first) folder."""
+    pass its parent folder or the list); writes ``learning-<a>-vs-<b>.md`` into the folder (the parent
+    folder of the first of a list)."""
     dirs = type_streams(run_dir) if isinstance(run_dir, Path) else list(run_dir)
+    # only the folders that played A or B (a parent folder may hold other methods' runs too)
+    dirs = [d for d in dirs if {method_a, method_b} & set(load_records(d))] or dirs
     recs = load_records(*dirs)
     if method_a not in recs or method_b not in recs:
         raise SystemExit(f"{', '.join(map(str, dirs))} has methods {sorted(recs)}; need {method_a} and {method_b}")
@@ -139,8 +149,17 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     title = f"{env} / {cfg.get('split', '?')}: {method_a} vs {method_b}"
     if len(dirs) > 1:
         title += f" (pooled over {len(dirs)} run folders: {', '.join(d.name for d in dirs)})"
-        cfg = {**cfg, "tasks": len({t for m in (method_a, method_b) for s in recs[m].values() for t in s})}
+        cfg = {**cfg, "tasks": len({t for s in recs[method_a].values() for t in s})}
     lines = run_header(title, cfg, where)
+    cfg_b = next((c for c in map(_config, dirs) if method_b in (c.get("methods") or [])), None) or {}
+    differ = [f"{key} {cfg_b.get(key)!r}" for key in ("max_turns", "k", "self_judge", "acting")
+              if cfg_b and cfg_b.get(key) != cfg.get(key)]
+    params = (cfg.get("params") or {}).get(method_a)
+    if params:
+        lines.insert(-1, f"{method_a}'s parameters: {params}.")
+    if differ:  # settings of the B folders that the A folders' header does not show
+        lines.insert(-1, f"{method_b}'s folders differ: {', '.join(differ)} (an unused setting of a method "
+                         "that plays no curator or fewer turns changes nothing).")
     seeds = sorted(set(recs[method_a]) & set(recs[method_b]))
     header = "| seed | n | " + " | ".join(f"{name}: {method_a} vs {method_b}, Δ [95% CI]" for name, _, _ in measures)
     lines += [header + " | McNemar p (SR) | steps " + f"{method_a} / {method_b} |",
@@ -197,7 +216,7 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
         lines += ["", f"| task type | pairs | SR {method_a} % | SR {method_b} % | Δ [95% CI] | McNemar p (b/c) |",
                   "|---|---|---|---|---|---|", *cells]
     text = "\n".join(lines) + "\n"
-    (where / "learning.md").write_text(text)
+    (where / f"learning-{method_a}-vs-{method_b}.md").write_text(text)
     return text
 
 
