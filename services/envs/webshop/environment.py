@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.envs.base import Environment, Game, StepResult, TaskInfo
-from services.envs.webshop import pages
 from services.envs.webshop.catalog import (
     PRICE_SEED,
     Catalog,
@@ -33,6 +32,20 @@ from services.envs.webshop.catalog import (
     purchase_prices,
 )
 from services.envs.webshop.goals import Goal, human_goals, split_goals, synthetic_goals
+from services.envs.webshop.pages import (
+    BACK_TO_SEARCH,
+    BUY_NOW,
+    NEXT_PAGE,
+    PREV_PAGE,
+    RESULTS_PER_PAGE,
+    SUB_PAGES,
+    Clickable,
+    done_page,
+    item_page,
+    results_page,
+    search_page,
+    sub_page,
+)
 from services.envs.webshop.reward import is_warm, purchase_reward, warm_up_in_background
 from services.envs.webshop.search import BM25Index
 from services.envs.webshop.settings import WebShopSettings
@@ -175,7 +188,7 @@ class WebShopGame(Game):
         self._product: Product | None = None
         self._options: dict[str, str] = {}
         self._done = False
-        self._page = pages.search_page(goal.instruction_text)
+        self._page = search_page(goal.instruction_text)
 
     # --- Game interface ---
 
@@ -206,23 +219,23 @@ class WebShopGame(Game):
 
     # --- transitions ---
 
-    def _click(self, label: str, target: pages.Clickable) -> StepResult:
+    def _click(self, label: str, target: Clickable) -> StepResult:
         name = self._page.name
-        if label == pages.BUY_NOW:
+        if label == BUY_NOW:
             return self._buy()
-        if label == pages.BACK_TO_SEARCH:
+        if label == BACK_TO_SEARCH:
             self._to_search_page()
-        elif label == pages.NEXT_PAGE and name == "results":
+        elif label == NEXT_PAGE and name == "results":
             self._search(self._keywords or "", self._page_no + 1)
-        elif label == pages.PREV_PAGE and name == "results":
+        elif label == PREV_PAGE and name == "results":
             self._search(self._keywords or "", self._page_no - 1)
-        elif label == pages.PREV_PAGE and name in pages.SUB_PAGES.values():
+        elif label == PREV_PAGE and name in SUB_PAGES.values():
             self._show_item()
-        elif label == pages.PREV_PAGE and name == "item":
+        elif label == PREV_PAGE and name == "item":
             self._search(self._keywords or "", self._page_no)
-        elif label in pages.SUB_PAGES:
+        elif label in SUB_PAGES:
             assert self._product is not None
-            self._page = pages.sub_page(self.goal.instruction_text, self._product, pages.SUB_PAGES[label])
+            self._page = sub_page(self.goal.instruction_text, self._product, SUB_PAGES[label])
         elif target.kind == "product":
             self._product = self._data.catalog.by_asin[target.value]
             self._show_item()
@@ -234,7 +247,7 @@ class WebShopGame(Game):
     def _to_search_page(self) -> None:
         self._keywords, self._results, self._page_no = None, [], 1
         self._product, self._options = None, {}
-        self._page = pages.search_page(self.goal.instruction_text)
+        self._page = search_page(self.goal.instruction_text)
 
     def _search(self, keywords: str, page_no: int) -> None:
         if keywords != self._keywords:
@@ -242,11 +255,11 @@ class WebShopGame(Game):
         self._keywords, self._page_no = keywords, page_no
         # a results page forgets the product and options chosen before, as in WebShop
         self._product, self._options = None, {}
-        self._page = pages.results_page(self.goal.instruction_text, self._results, page_no)
+        self._page = results_page(self.goal.instruction_text, self._results, page_no)
 
     def _show_item(self) -> None:
         assert self._product is not None
-        self._page = pages.item_page(self.goal.instruction_text, self._product)
+        self._page = item_page(self.goal.instruction_text, self._product)
 
     def _buy(self) -> StepResult:
         product = self._product
@@ -254,7 +267,7 @@ class WebShopGame(Game):
         price = self._data.catalog.prices[product.asin]
         reward = purchase_reward(product, price, self._options, self.goal)
         self._done = True
-        self._page = pages.done_page(product.asin, self._options, reward.value)
+        self._page = done_page(product.asin, self._options, reward.value)
         info = {
             "score": reward.score,
             "purchased": {"asin": product.asin, "options": dict(self._options), "price": price},
@@ -298,20 +311,20 @@ class WebShopGame(Game):
             in_results = any(p.asin == goal.asin for p in self._results)
             if (
                 in_results
-                and pages.NEXT_PAGE in page.clickables
-                and self._page_no * pages.RESULTS_PER_PAGE < len(self._results)
+                and NEXT_PAGE in page.clickables
+                and self._page_no * RESULTS_PER_PAGE < len(self._results)
             ):
-                return f"click[{pages.NEXT_PAGE}]"
+                return f"click[{NEXT_PAGE}]"
             return None
-        if page.name in pages.SUB_PAGES.values():
-            return f"click[{pages.PREV_PAGE}]"
+        if page.name in SUB_PAGES.values():
+            return f"click[{PREV_PAGE}]"
         if page.name == "item":
             if self._product is None or self._product.asin != goal.asin:
-                return f"click[{pages.PREV_PAGE}]"
+                return f"click[{PREV_PAGE}]"
             for value in wanted_option_values(goal):
                 if value in page.clickables and self._options.get(page.clickables[value].value) != value:
                     return f"click[{value}]"
-            return f"click[{pages.BUY_NOW}]"
+            return f"click[{BUY_NOW}]"
         return None
 
 
