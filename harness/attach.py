@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 
 from harness.stack import SERVICES, StackState
+from skillos.llm import LLMSettings
+from skillos.settings import EnvDataSettings
 
 
 def expected_data_dir(env: str) -> Path | None:
     """The data directory this process would give the env server (None: the env's built-in set)."""
-    from skillos.settings import EnvDataSettings
-
     value = getattr(EnvDataSettings(), f"{env}_data", None)
     return Path(value).resolve() if value else None
 
@@ -43,8 +43,6 @@ def env_problems(url: str, env: str, split: str | None, token: str | None = None
 
 def llm_problems(state: StackState) -> list[str]:
     """Roles whose model in the running stack differs from the model configured now."""
-    from skillos.llm import LLMSettings
-
     problems = []
     for role, llm in state.role_llms.items():
         wanted = LLMSettings.for_role(role).model

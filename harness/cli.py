@@ -1,4 +1,8 @@
-"""`skillos up`, `skillos down` and `skillos run` (the main job)."""
+"""`skillos up`, `skillos down` and `skillos run` (the main job).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the stack, the runner and the methods (pydantic-settings, the clients, matplotlib for the report).
+"""
 
 from __future__ import annotations
 

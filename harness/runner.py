@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from harness.report import (
     RunLog,
     StreamRun,
@@ -25,7 +27,9 @@ from skillos.clients.curator import AsyncCuratorClient
 from skillos.clients.envs import AsyncEnvClient
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.llm import LLMClient, LLMSettings
 from skillos.methods import METHODS, MethodConfigError, StreamContext, build_method, method_params
+from skillos.models import MODELS
 from skillos.protocol.runs import RunFolder
 from skillos.protocol.skillrepo import SEARCH_MODES
 from skillos.stream import StreamConfig, TaskRecord, TaskSpec, run_stream
@@ -94,8 +98,6 @@ def repo_name(run_id: str, method: str, seed: int) -> str:
 
 def writer_llm(llms: dict[str, dict[str, str]]):
     """The methods' own writer: the curator role's LLM, where the stack says it is (else the settings)."""
-    from skillos.llm import LLMClient, LLMSettings
-
     settings = LLMSettings.for_role("curator")
     served = llms.get("curator") or {}
     if served.get("base_url"):
@@ -244,11 +246,6 @@ async def describe_models(llms: dict[str, dict[str, str]]) -> dict[str, dict[str
     """What each LLM role ran on, as its server reports it (``GET /v1/models``: llama.cpp gives the
     parameter count, file size and quantization), else as the registry knows it, else the name alone:
     so a report never passes a 135M model off as a bigger one."""
-    import httpx
-
-    from skillos.llm import LLMSettings
-    from skillos.models import MODELS
-
     if not llms:
         llms = {r: {"base_url": (s := LLMSettings.for_role(r)).base_url, "model": s.model}
                 for r in ("executor", "curator", "judge")}

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import httpx
 
+from skillos.llm import LLMSettings
+from skillos.models import MODELS
+
 ENVS = ("alfworld", "webshop", "reasoning")
 # service -> (default port, env var naming its URL for the other services)
 SERVICES = {
@@ -132,9 +135,6 @@ def plan_llms(host: str, port_offset: int = 0, llm_url: str | None = None,
               ports: dict[str, int] | None = None) -> LLMPlan:
     """One embedded server per distinct model among the roles whose base URL is not set explicitly
     (``SKILLOS_<ROLE>_LLM_BASE_URL`` or ``SKILLOS_LLM_BASE_URL``); ``llm_url`` serves every role."""
-    from skillos.llm import LLMSettings
-    from skillos.models import MODELS
-
     plan = LLMPlan()
     for role in ROLES:
         settings = LLMSettings.for_role(role)

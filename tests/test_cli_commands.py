@@ -46,6 +46,20 @@ def test_serve_lists_every_service():
         assert name in out
 
 
+def test_each_parts_cli_imports_first_in_a_fresh_interpreter():
+    """A part's cli.py imports skillos.cli.common; registering every part at that import loaded the part
+    again half-initialised (`import services.skillrepo.cli` first failed with an import circle)."""
+    from importlib.metadata import entry_points
+
+    modules = sorted({ep.value.split(":")[0] for ep in entry_points(group="skillos.commands")})
+    assert "services.skillrepo.cli" in modules
+    for module in modules:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}; import skillos.cli as c; "
+                               "assert 'serve' in [g.name for g in c.app.registered_groups]"],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
+        assert proc.returncode == 0, (module, proc.stderr[-2000:])
+
+
 def test_run_refuses_bad_options_before_anything_starts():
     """An unknown method, method parameter, order or retrieval mode, or a parameter out of its range, is a
     clear error, not a started stack."""

@@ -78,3 +78,25 @@ def test_the_trainers_engine_and_decoding_import_no_rollouts(folder, may_import)
     offenders = [f"{p}:{n} {m}" for p, n, m in _imports(folder)
                  if _under(m, "services") and not any(_under(m, ok) for ok in may_import)]
     assert offenders == []
+
+
+def test_function_local_imports_only_defer_something_heavy():
+    """Outside the cli modules (whose docstrings say what their commands defer: every part's cli.py loads
+    when any `skillos` command starts), an internal import inside a function is there only to defer a heavy
+    dependency, and the line above it says which (`# deferred: ...`)."""
+    offenders = []
+    for folder in ("services", "harness"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.name == "cli.py":
+                assert "Imports inside the commands are deliberate" in path.read_text(), path
+                continue
+            lines = path.read_text().splitlines()
+            for fn in ast.walk(ast.parse("\n".join(lines), str(path))):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if (isinstance(node, ast.ImportFrom) and node.level == 0
+                            and (node.module or "").split(".")[0] in ("skillos", "services", "harness")
+                            and "# deferred" not in lines[node.lineno - 2]):
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module}")
+    assert not offenders

@@ -24,6 +24,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.console import render
+from services.console.pages import router
 from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, session_cookie
 from services.console.settings import ConsoleSettings
@@ -140,8 +141,6 @@ def build_app(settings: ConsoleSettings | None = None) -> FastAPI:
     async def _http(request: Request, exc: StarletteHTTPException):
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
         return error_page(request, exc.status_code, title, str(exc.detail))
-
-    from services.console.pages import router
 
     app.include_router(router)
     return app

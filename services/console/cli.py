@@ -1,4 +1,8 @@
-"""`skillos serve console`: the web console (port 8004)."""
+"""`skillos serve console`: the web console (port 8004).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the console's app (FastAPI, Jinja2) and its settings (pydantic-settings).
+"""
 
 from __future__ import annotations
 

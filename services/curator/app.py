@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from services.curator.api_router import router
 from services.curator.serving import Curator
 from services.curator.settings import CuratorSettings
+from skillos.llm import LLMSettings
 from skillos.service import create_app
 
 
@@ -27,8 +28,6 @@ def build_app(settings: CuratorSettings | None = None, curator: Curator | None =
             (await c.get(settings.skillrepo_url.rstrip("/") + "/healthz")).raise_for_status()
 
     async def curator_llm() -> None:
-        from skillos.llm import LLMSettings
-
         llm = LLMSettings.for_role("curator")
         async with httpx.AsyncClient(timeout=3) as c:
             (await c.get(llm.base_url.rstrip("/") + "/models")).raise_for_status()

@@ -1,4 +1,8 @@
-"""`skillos serve curator` and `skillos curate` (one decision from a JSON file, for debugging)."""
+"""`skillos serve curator` and `skillos curate` (one decision from a JSON file, for debugging).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the curator's app and core (FastAPI, pydantic-settings, the LLM client).
+"""
 
 from __future__ import annotations
 

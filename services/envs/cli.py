@@ -1,4 +1,8 @@
-"""Commands of the environment servers: `skillos serve alfworld|webshop|reasoning`, `skillos data ...`."""
+"""Commands of the environment servers: `skillos serve alfworld|webshop|reasoning`, `skillos data ...`.
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the env servers (FastAPI, ALFWorld/TextWorld, WebShop's product index, reasoning-gym).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`skillos serve executor`."""
+"""`skillos serve executor`.
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the executor's app (FastAPI, pydantic-settings, the acting core).
+"""
 
 from __future__ import annotations
 

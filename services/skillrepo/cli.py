@@ -1,4 +1,8 @@
-"""Commands of the skill repo: `skillos serve skillrepo` and `skillos repo ...` (a client of a running service)."""
+"""Commands of the skill repo: `skillos serve skillrepo` and `skillos repo ...` (a client of a running service).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the skill repo's app and store (FastAPI, SQLAlchemy, Alembic) and its client's settings.
+"""
 
 from __future__ import annotations
 

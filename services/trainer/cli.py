@@ -1,4 +1,8 @@
-"""`skillos group ...` (task grouping, App. B.2) and `skillos train --config FILE` (GRPO)."""
+"""`skillos group ...` (task grouping, App. B.2) and `skillos train --config FILE` (GRPO).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the trainer (torch, transformers, peft, DeepSpeed when present) and the grouping's clients.
+"""
 
 from __future__ import annotations
 

@@ -23,9 +23,16 @@ import torch
 
 from services.trainer.config import TrainConfig
 from services.trainer.data import GroupSampler
+from services.trainer.decoding.constrained import GrammarCache
+from services.trainer.grouping.agentic import group_by_type
+from services.trainer.grouping.families import group_by_family
+from services.trainer.grouping.io import read_groups
 from services.trainer.grpo import checkpoint
 from services.trainer.grpo.engine import build_engine, rank_world
+from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy
+from services.trainer.grpo.sync import WeightSync
 from services.trainer.grpo.update import update_policy
+from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
 from services.trainer.rollouts.agent import (
     AgentContext,
     SkillRLBank,
@@ -36,11 +43,16 @@ from services.trainer.rollouts.agent import (
 from services.trainer.rollouts.agent_rewards import SegmentWeights
 from services.trainer.rollouts.base import GroupResult
 from services.trainer.rollouts.curator import RolloutContext, run_curator_group
+from services.trainer.settings import TrainerSettings
+from skillos.clients.curator import AsyncCuratorClient
+from skillos.clients.envs import EnvClient
+from skillos.clients.executor import AsyncExecutorClient
+from skillos.clients.skillrepo import AsyncSkillRepoClient
 from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
 from skillos.protocol.runs import RunFolder, TrainSummary, to_dict
-from skillos.settings import ActingSettings
+from skillos.settings import ActingSettings, CurationSettings
 
 log = get_logger("trainer")
 
@@ -85,19 +97,12 @@ def _push_weights(sync, module, tokenizer, step: int) -> float:
 
 
 def load_groups(cfg: TrainConfig, settings) -> list:
-    from services.trainer.grouping.io import read_groups
-
     if cfg.data.groups_file is not None:
         return read_groups(cfg.data.groups_file)
-    from services.trainer.grouping.agentic import group_by_type
-    from skillos.clients.envs import EnvClient
-
     url = settings.env_url(cfg.data.env)
     with EnvClient(url, token=settings.api_token or None) as env:
         tasks = env.tasks(split=cfg.data.split)
     if cfg.data.env == "reasoning":   # Table 4: Random(5, 12) tasks of one family (reasoning-gym's, the type)
-        from services.trainer.grouping.families import group_by_family
-
         return group_by_family(tasks, "reasoning", 5, 12, cfg.data.num_groups, seed=cfg.seed)[0]
     groups, _ = group_by_type(tasks, cfg.data.env, cfg.data.group_size, cfg.data.distribution,
                               cfg.data.num_groups, seed=cfg.seed)
@@ -106,8 +111,6 @@ def load_groups(cfg: TrainConfig, settings) -> list:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, settings=None):
-        from services.trainer.settings import TrainerSettings
-
         self.cfg = cfg
         self.settings = settings or TrainerSettings()
         self.out = Path(cfg.output_dir)
@@ -118,8 +121,6 @@ class Trainer:
 
     # --- set-up ---------------------------------------------------------------------------
     def _build_model(self):
-        from services.trainer.grpo.policy import apply_lora, load_policy
-
         m = self.cfg.model
         model, tokenizer = load_policy(m.path, m.gguf_file, m.dtype, cache_dir=self.out.parent / ".model-cache"
                                        / Path(m.path).name)
@@ -136,14 +137,6 @@ class Trainer:
         return asyncio.run(self._run())
 
     async def _run(self) -> dict[str, Any]:
-        from services.trainer.grpo.policy import GenerationBatcher
-        from services.trainer.grpo.sync import WeightSync
-        from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
-        from skillos.clients.curator import AsyncCuratorClient
-        from skillos.clients.executor import AsyncExecutorClient
-        from skillos.clients.skillrepo import AsyncSkillRepoClient
-        from skillos.settings import CurationSettings
-
         cfg, s = self.cfg, self.settings
         seed_everything(cfg.seed)
         groups = load_groups(cfg, s)
@@ -171,8 +164,6 @@ class Trainer:
         wants_grammar = cfg.agent.action_format == "json" if cfg.policy == "agent" \
             else cfg.rollout.curator_output_mode == "json"
         if inprocess and wants_grammar:
-            from services.trainer.decoding.constrained import GrammarCache
-
             width = engine.module.get_output_embeddings().weight.shape[0]   # logits width
             grammars = GrammarCache(tokenizer, width, cfg.max_response_tokens)
         token = s.api_token or None

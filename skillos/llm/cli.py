@@ -1,4 +1,8 @@
-"""`skillos serve llm`: the embedded LLM backend; `skillos llm chat`: one request to any role's backend."""
+"""`skillos serve llm`: the embedded LLM backend; `skillos llm chat`: one request to any role's backend.
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the LLM settings and client (pydantic-settings, httpx) and the model store.
+"""
 
 from __future__ import annotations
 

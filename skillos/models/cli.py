@@ -1,4 +1,8 @@
-"""`skillos models list | fetch NAME | verify [NAME] | path NAME`: the embedded models' cache."""
+"""`skillos models list | fetch NAME | verify [NAME] | path NAME`: the embedded models' cache.
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the model registry's store (hashing, wheel extraction).
+"""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ def main(conn) -> None:
     """The worker's loop (target of multiprocessing.Process)."""
     # Ctrl-C on the server is for the server: it stops its workers itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # deferred: ALFWorld/TextWorld (seconds to import) load in the worker process, not in the server
     from services.envs.alfworld.tw import new_env, state_of
 
     env, expert = None, False

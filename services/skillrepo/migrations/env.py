@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+from services.skillrepo.settings import SkillRepoSettings
 from services.skillrepo.tables import metadata
 
 config = context.config
@@ -14,8 +15,6 @@ def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if url:
         return url
-    from services.skillrepo.settings import SkillRepoSettings
-
     return SkillRepoSettings().database_url
 
 

