@@ -22,6 +22,9 @@ import anyio
 import httpx
 import httpx2
 import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -44,9 +47,6 @@ class StandInExecutor:
     OPEN = "traj-open-1"
 
     def __init__(self):
-        from fastapi import FastAPI, Request
-        from fastapi.responses import JSONResponse
-
         self.seen: list[dict] = []
         app = FastAPI()
 
@@ -59,8 +59,6 @@ class StandInExecutor:
                                                "message": f"trajectory {tid!r} does not exist or has expired"}},
                                     status_code=404)
             return {"trajectory": tid, "status": "closed", "curation": "queued"}
-
-        import uvicorn
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
