@@ -337,7 +337,18 @@ def test_http_service_door(http_mcp, tokens_http_mcp):
     for url in (http_mcp, tokens_http_mcp):
         assert httpx.get(f"{url}/healthz").json()["service"] == "mcp"
         assert httpx.get(f"{url}/readyz").status_code == 200
-        assert "skillos_http_requests_total" in httpx.get(f"{url}/metrics").text
+        metrics = httpx.get(f"{url}/metrics").text
+        assert "skillos_http_requests_total" in metrics
+
+    async def calls():
+        async with connect("http", http_url=http_mcp) as c:
+            assert not (await c.call_tool("search_skills", {"query": "heat"})).is_error
+            assert (await c.call_tool("get_skill", {"name": "no-such-skill"})).is_error
+
+    anyio.run(calls)
+    metrics = httpx.get(f"{http_mcp}/metrics").text
+    assert 'skillos_mcp_tool_calls_total{outcome="ok",tool="search_skills"}' in metrics
+    assert 'skillos_mcp_tool_calls_total{outcome="error",tool="get_skill"}' in metrics
     # DNS rebinding: served on loopback, a foreign Host is refused
     r = httpx.post(f"{http_mcp}/mcp", headers={"Host": "evil.example"}, json={})
     assert r.status_code in (403, 421), r.text

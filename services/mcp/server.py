@@ -29,6 +29,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import ListResourcesResult, PaginatedRequestParams
 from mcp_types import Resource as MCPResource
+from prometheus_client import Counter
 from pydantic import Field
 
 from services.mcp.settings import MCPSettings
@@ -38,6 +39,8 @@ from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.protocol.skillrepo import REPO_NAME_PATTERN
 
 Transport = Literal["stdio", "http"]
+
+TOOL_CALLS = Counter("skillos_mcp_tool_calls_total", "MCP tool calls served", ["tool", "outcome"])
 
 INSTRUCTIONS = (
     "SkillOS skill repo: reusable procedures (skills) written from the experience of earlier tasks. "
@@ -129,6 +132,16 @@ class SkillOSMCP:
         return ToolError(self._repo_message(e))
 
     # ------------------------------------------------------------------------------------------- tools
+    async def counted(self, tool: str, work: Any) -> dict:
+        """Await a tool's work, counting it (``skillos_mcp_tool_calls_total``) as ok or error."""
+        try:
+            result = await work
+        except Exception:
+            TOOL_CALLS.labels(tool, "error").inc()
+            raise
+        TOOL_CALLS.labels(tool, "ok").inc()
+        return result
+
     async def search_skills(self, query: str, k: int, repo: str | None, mode: str, headers: Any) -> dict:
         repo = self._repo_name(repo)
         if not query.strip():
@@ -261,7 +274,7 @@ def build_server(settings: MCPSettings, transport: Transport = "stdio") -> Skill
     ) -> dict[str, Any]:
         """The skills of the repo that best fit a task, best first: name, description, score, body and the
         skill's resource URI."""
-        return await core.search_skills(query, k, repo, mode, ctx.headers)
+        return await core.counted("search_skills", core.search_skills(query, k, repo, mode, ctx.headers))
 
     @server.tool(title="Get a skill", structured_output=True)
     async def get_skill(
@@ -270,7 +283,7 @@ def build_server(settings: MCPSettings, transport: Transport = "stdio") -> Skill
         repo: RepoArg = None,
     ) -> dict[str, Any]:
         """One skill: name, description, version, metadata and its whole SKILL.md document (content)."""
-        return await core.get_skill(name, repo, ctx.headers)
+        return await core.counted("get_skill", core.get_skill(name, repo, ctx.headers))
 
     @server.tool(title="Record a task's outcome", structured_output=True)
     async def record_outcome(
@@ -284,7 +297,8 @@ def build_server(settings: MCPSettings, transport: Transport = "stdio") -> Skill
     ) -> dict[str, Any]:
         """Close a trajectory of the SkillOS gateway with its outcome; the executor hands it to the skill
         curator, which may write skills from it. Needs a token with the 'rw' scope."""
-        return await core.record_outcome(trajectory, success, feedback, score, ctx.headers)
+        return await core.counted("record_outcome",
+                                  core.record_outcome(trajectory, success, feedback, score, ctx.headers))
 
     @server.resource("skill://{repo}/{name}", name="skill", title="A skill (SKILL.md)", mime_type="text/markdown",
                      description="one skill of a repo as its SKILL.md document")
