@@ -366,3 +366,9 @@ def test_example_mcp_client_runs(skillrepo, http_mcp):
         assert f"skills ({len(SEEDED)}):" in out and "skill://default/heat-object" in out
         assert "name: clean-object" in out  # the first resource, read
         assert out.split("search 'cool an apple in the fridge':")[1].split("\n")[1].split()[1] == "cool-object:"
+
+
+def test_unknown_transport_is_refused():
+    proc = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "mcp", "--transport", "sse"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "unknown transport 'sse': use stdio or http" in proc.stderr
