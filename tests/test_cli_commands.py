@@ -42,7 +42,7 @@ def test_the_core_is_a_library_that_imports_no_service_and_no_application():
 def test_serve_lists_every_service():
     out = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT, check=True).stdout
-    for name in ("skillrepo", "alfworld", "webshop", "reasoning", "executor", "curator", "console", "llm"):
+    for name in ("skillrepo", "alfworld", "webshop", "reasoning", "executor", "curator", "console", "mcp", "llm"):
         assert name in out
 
 

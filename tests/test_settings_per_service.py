@@ -25,6 +25,7 @@ SERVICE_SETTINGS = {
     "executor": ["services.executor.settings:ExecutorSettings"],
     "curator": ["services.curator.settings:CuratorSettings"],
     "console": ["services.console.settings:ConsoleSettings"],
+    "mcp": ["services.mcp.settings:MCPSettings"],
     "trainer": ["services.trainer.settings:TrainerSettings"],
 }
 

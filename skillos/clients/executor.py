@@ -15,6 +15,7 @@ embedded model: the default timeout is long.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -62,6 +63,21 @@ class _ExecutorCalls(ServiceClient):
 
     async def judge(self, request: JudgeRequest | None = None, **fields) -> JudgeResponse:
         return JudgeResponse.model_validate(await self._post("/v1/judge", _body(JudgeRequest, request, fields)))
+
+    async def record_outcome(self, trajectory: str, success: bool, score: float | None = None,
+                             feedback: str | None = None) -> dict[str, Any]:
+        """Close a gateway trajectory with its outcome (``POST /v1/trajectories/{id}/outcome``); the executor
+        hands it to the curator. An unknown or expired trajectory raises `ExecutorError` with status 404."""
+        body: dict[str, Any] = {"success": success, "score": score, "feedback": feedback}
+        resp = await self._call("POST", f"/v1/trajectories/{quote(trajectory, safe='')}/outcome",
+                                json={k: v for k, v in body.items() if v is not None})
+        if not resp.content:
+            return {}
+        try:
+            answer = resp.json()
+        except ValueError:
+            return {}
+        return answer if isinstance(answer, dict) else {"answer": answer}
 
 
 class AsyncExecutorClient(_ExecutorCalls, AsyncHTTPClient):

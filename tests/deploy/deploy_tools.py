@@ -29,9 +29,9 @@ K8S_VERSIONS = ("1.27.0", "1.33.0")
 # SkillOS services of the compose file and the part whose settings class each one reads
 SKILLOS_SERVICES = {"skillrepo": "skillrepo", "alfworld": "envs", "webshop": "envs", "reasoning": "envs",
                     "executor": "executor", "curator": "curator", "llm": "llm", "trainer": "trainer",
-                    "console": "console"}
-PORTS = {"skillrepo": 8001, "executor": 8002, "curator": 8003, "console": 8004, "alfworld": 8010, "webshop": 8011,
-         "reasoning": 8012, "llm": 8080}
+                    "console": "console", "mcp": "mcp"}
+PORTS = {"skillrepo": 8001, "executor": 8002, "curator": 8003, "console": 8004, "mcp": 8005, "alfworld": 8010,
+         "webshop": 8011, "reasoning": 8012, "llm": 8080}
 
 
 def skip_or_fail(msg: str) -> NoReturn:

@@ -17,7 +17,7 @@ DOCKERFILES = sorted(p for p in (ROOT / "deploy").rglob("Dockerfile*") if not p.
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 LOCK = ROOT / "deploy" / "requirements.lock"
 SERVICE_TARGETS = {"skillrepo": "skillrepo", "executor": "executor", "curator": "curator",
-                   "envs": "alfworld", "llm": "llm"}
+                   "envs": "alfworld", "llm": "llm", "mcp": "mcp"}
 
 
 def stages(path: Path = DOCKERFILE) -> dict[str, list[tuple[str, str]]]:
