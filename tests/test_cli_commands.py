@@ -54,8 +54,9 @@ def test_each_parts_cli_imports_first_in_a_fresh_interpreter():
     modules = sorted({ep.value.split(":")[0] for ep in entry_points(group="skillos.commands")})
     assert "services.skillrepo.cli" in modules
     for module in modules:
-        proc = subprocess.run([sys.executable, "-c", f"import {module}; import skillos.cli as c; "
-                               "assert 'serve' in [g.name for g in c.app.registered_groups]"],
+        code = (f"import {module}; import skillos.cli as c; "
+                "assert 'serve' in [g.name for g in c.app.registered_groups]")
+        proc = subprocess.run([sys.executable, "-c", code],
                               capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
         assert proc.returncode == 0, (module, proc.stderr[-2000:])
 

@@ -1,4 +1,8 @@
-"""`skillos serve mcp`: the skill repo as an MCP server (stdio, or streamable HTTP on port 8005)."""
+"""`skillos serve mcp`: the skill repo as an MCP server (stdio, or streamable HTTP on port 8005).
+
+Imports inside the commands are deliberate: every part's cli.py is loaded whenever any `skillos` command
+starts (registration), so what only one command needs stays in it: the MCP SDK and the server's app.
+"""
 
 from __future__ import annotations
 
