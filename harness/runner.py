@@ -176,6 +176,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
         if not opts.split:
             opts.split = await default_split(env_client, opts.env)
         tasks = await select_tasks(env_client, opts.split, opts.limit, opts.task_type, opts.per_type)
+        for m in opts.methods:
+            METHODS[m].check_tasks(opts.env, {t.type for t in tasks})
         if opts.from_repo:
             try:
                 await repo_client.get_repo(opts.from_repo)

@@ -88,6 +88,10 @@ class Method:
         if missing:
             raise ValueError(f"method {self.name!r} needs {' and '.join(missing)}")
 
+    @classmethod
+    def check_tasks(cls, env: str, task_types: set[str]) -> None:
+        """Refuse a stream whose tasks the method cannot serve (a clear error before any task runs)."""
+
     # --- the hooks ---
 
     async def setup(self, ctx: StreamContext) -> None:

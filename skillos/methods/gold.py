@@ -57,6 +57,15 @@ class Gold(Method):
             raise ValueError(f"method 'gold' has skills for {' and '.join(sorted(GOLD_DIRS))} only, "
                              f"not {ctx.config.env!r}")
 
+    @classmethod
+    def check_tasks(cls, env: str, task_types: set[str]) -> None:
+        """A type without its gold skill would be played with another type's procedure and counted as gold."""
+        have = {doc.metadata.get("task_type") for doc in gold_skills(GOLD_DIRS[env])} if env in GOLD_DIRS else set()
+        missing = sorted(task_types - have)
+        if missing:
+            raise ValueError(f"method 'gold' has no gold skill for task type(s) {', '.join(missing)} of {env!r}; "
+                             f"it has: {', '.join(sorted(t for t in have if t))} (--task-type picks types)")
+
     async def setup(self, ctx: StreamContext) -> None:
         await super().setup(ctx)
         self.by_type = {}

@@ -161,3 +161,14 @@ def test_parameters_are_checked_before_anything_runs():
     with pytest.raises(MethodConfigError, match="retrieval"):
         build_method("memp", {"retrieval": "fuzzy"})
     assert build_method("skill1").p.alpha == 0.05 and build_method("sapo").p.capacity == 45
+
+
+def test_gold_refuses_a_task_type_without_its_gold_skill():
+    gold = METHODS["gold"]
+    gold.check_tasks("alfworld", {"pick", "clean", "look"})          # every ALFWorld type has one
+    gold.check_tasks("reasoning", {"gsm_symbolic", "letter_counting"})
+    with pytest.raises(ValueError, match="no gold skill for task type.*chain_sum.*letter_counting"):
+        gold.check_tasks("reasoning", {"chain_sum", "letter_counting"})
+    with pytest.raises(ValueError, match="webshop"):
+        gold.check_tasks("webshop", {"webshop"})
+    METHODS["none"].check_tasks("reasoning", {"chain_sum"})          # the other methods serve any type
