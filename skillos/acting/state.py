@@ -153,7 +153,9 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
       inside or to use it (the same run walked past ten closed cabinets without opening one);
     - putting an object into a place the sentence does not name (the target is always named, and a
       heat / cool / clean is one action, no "move" into the appliance), or anywhere in a look task;
-    - taking back out an object the agent itself put somewhere (pick two: the first one is done).
+    - taking back out an object the agent itself put somewhere (pick two: the first one is done);
+    - slicing: no ALFWorld goal of the six types slices (both `clean` episodes of the all-options run
+      sliced bread and lettuce with the butterknife they were to clean); using a lamp outside a look task.
     Nothing is held back when it would leave no action (`shown_actions` then offers them all)."""
     words = task_words(task)
     look_task = task.lower().lstrip().startswith(("look at", "examine"))
@@ -171,7 +173,8 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
             look_task or object_class(low.rsplit(" to ", 1)[1]) not in words)
         # what the agent already put where the task wants it is not taken out again (pick two)
         taking_back = low.startswith("take ") and low.removeprefix("take ").split(" from ")[0] in state.placed
+        needless = low.startswith("slice ") or (low.startswith("use ") and not look_task)
         if (low.startswith(NO_PROGRESS) or low == here or wrong_object or low in undo or leaving_unopened
-                or wrong_place or taking_back):
+                or wrong_place or taking_back or needless):
             out.append(a)
     return out
