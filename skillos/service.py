@@ -9,6 +9,7 @@ routers and readiness checks; `serve` runs it (uvicorn's own refusals in the sam
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -321,6 +322,19 @@ def create_app(
         return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def run_bounded(fn: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
+    """``fn(*args)`` in a worker thread, awaited at most ``timeout_s`` (raises `TimeoutError` past it).
+
+    Starlette's `run_in_threadpool` cannot be cancelled: a thread blocked on a dependency that stopped
+    answering (a frozen database keeps its connections open) holds the request for as long as it blocks.
+    Here the request is let go at the bound and the thread finishes on its own; what it was doing (a write)
+    may still complete afterwards, which the caller must say in its answer."""
+    import anyio.to_thread
+
+    return await asyncio.wait_for(anyio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True),
+                                  timeout=timeout_s)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[Any], poll_s: float = 1.0) -> Any:

@@ -49,6 +49,20 @@ def test_postgres_stopped_under_write_load(pg_tools, tmp_path):
     assert chaos.pg_invariants(r) == []
 
 
+def test_postgres_frozen_under_write_load(pg_tools, tmp_path):
+    """SIGSTOP of the whole cluster: connections stay open and nothing answers; the request bound turns that
+    into 503s within SKILLOS_DATABASE_REQUEST_TIMEOUT_S instead of requests hanging until the thaw."""
+    r = chaos.pg_restart(clients=4, rate=20, warmup_s=2.5, outage_s=4, after_s=3, read_rate=5, workdir=tmp_path,
+                         fault="freeze", env={"SKILLOS_DATABASE_REQUEST_TIMEOUT_S": "1.5"})
+    print(chaos.render_pg(r, "tests/test_chaos.py"))
+    assert set(r["all"]["statuses"]) <= {200, 503}
+    assert r["during"]["statuses"].get(503, 0) > 0 and r["all"]["503_without_retry_after"] == 0
+    assert r["all"]["max_s"] < 4                           # bounded by the request timeout, not by the freeze
+    assert r["lost"] == [] and r["applied_twice"] == []
+    assert all(i["equal"] for i in r["index"].values())
+    assert chaos.pg_invariants(r) == []
+
+
 def test_redis_lost_and_back_with_two_replicas(pg_tools, redis_tools, tmp_path):
     r = chaos.redis_loss(clients=2, rate=8, warmup_s=2.5, outage_s=3, between_s=3, after_s=3, read_rate=5,
                          sync_interval_s=1.5, workdir=tmp_path)

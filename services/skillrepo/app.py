@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.concurrency import run_in_threadpool
 
 from services.skillrepo.api_router import router
 from services.skillrepo.db import database_errors
 from services.skillrepo.serving import SkillRepoService
 from services.skillrepo.settings import SkillRepoSettings
 from skillos.auth import Authenticator
-from skillos.service import create_app
+from skillos.service import create_app, run_bounded
 
 DESCRIPTION = """Skills as SKILL.md documents in named repos: versions, forks, snapshots, BM25 search and the
 curator's function calls (`new_skill_insert`, `skill_update`, `skill_delete`) applied atomically."""
@@ -25,7 +23,8 @@ def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
     svc = SkillRepoService(settings)
 
     async def database() -> None:
-        await run_in_threadpool(svc.check_database)
+        # bounded: a database that stopped answering must not make the probe itself hang
+        await run_bounded(svc.check_database, timeout_s=3.0)
 
     # Redis only carries change announcements between replicas: without it searches stay exact (each reads
     # the repo's seq from the database) and other replicas' indexes catch up by the reconcile loop, so a lost
@@ -33,8 +32,7 @@ def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
     degraded = []
     if svc.announcer.redis is not None:
         async def redis() -> None:
-            # bounded: a frozen Redis must not make the probe itself time out
-            await asyncio.wait_for(run_in_threadpool(svc.announcer.redis.ping), timeout=1.0)
+            await run_bounded(svc.announcer.redis.ping, timeout_s=1.0)
         degraded.append(redis)
 
     @asynccontextmanager

@@ -19,6 +19,9 @@ class SkillRepoSettings(CommonSettings):
     database_connect_timeout_s: float = 5.0
     database_statement_timeout_s: float = 30.0
     database_pool_timeout_s: float = 10.0
+    # the whole of one request's database work; past it the request is answered 503 (a database that stopped
+    # answering without closing its connections, e.g. frozen or partitioned, would otherwise hold it forever)
+    database_request_timeout_s: float = 30.0
     database_retry_after_s: int = 1
     redis_url: str | None = None
     redis_channel: str = "skillos:skillrepo:changes"
