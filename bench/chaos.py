@@ -732,7 +732,7 @@ def render_redis(r: dict, command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="1,2", help="comma-separated: 1 (PostgreSQL), 2 (Redis)")
-    ap.add_argument("--outage-s", type=float, default=None, help="length of each fault (default: 6 s PG, 8 s Redis)")
+    ap.add_argument("--outage-s", type=float, default=None, help="length of each fault (default: PostgreSQL 6 s stopped, 12 s frozen; Redis 8 s)")
     ap.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     ap.add_argument("--json", action="store_true", help="also print the raw findings as JSON")
     ap.add_argument("--title", default="", help="a heading for the section (e.g. what code was run)")
@@ -743,8 +743,10 @@ def main(argv: list[str] | None = None) -> int:
     for sc in args.scenario.split(","):
         if sc.strip() == "1":
             for fault in ("stop", "freeze"):
+                # frozen longer than the clients' hang bound (HANG_S), so that a hang shows as one
                 env = {"SKILLOS_DATABASE_REQUEST_TIMEOUT_S": "5"} if fault == "freeze" else {}
-                r = pg_restart(fault=fault, env=env, **({"outage_s": args.outage_s} if args.outage_s else {}))
+                outage = args.outage_s or (12.0 if fault == "freeze" else 6.0)
+                r = pg_restart(fault=fault, env=env, outage_s=outage)
                 parts.append(render_pg(r, command))
                 failed |= bool(pg_invariants(r))
         elif sc.strip() == "2":
