@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the main job on the embedded default) and `make test`.
 # Both set up .venv/ first (idempotent; scripts/setup.sh).
-.PHONY: setup run test bench lint vllm-cpu compose-check
+.PHONY: setup run test bench chaos lint vllm-cpu compose-check
 
 setup:
 	@bash scripts/setup.sh
@@ -13,6 +13,11 @@ test: setup
 
 bench: setup
 	.venv/bin/python -m bench
+
+# Faults under load on real processes, real PostgreSQL and Redis of its own (bench/chaos.py; ~2 min);
+# CHAOS_ARGS="--append bench/RESULTS-reliability.md" adds the section to the results
+chaos: setup
+	.venv/bin/python -m bench.chaos $(CHAOS_ARGS)
 
 lint: setup
 	.venv/bin/ruff check skillos services harness tests bench deploy

@@ -46,3 +46,10 @@ def not_found(message: str, code: str = "not_found") -> APIError:
 
 def conflict(message: str, code: str = "conflict") -> APIError:
     return APIError(409, code, message)
+
+
+def unavailable(dependency: str, message: str, retry_after_s: int = 1) -> APIError:
+    """503 ``<dependency>_unavailable`` with ``Retry-After``: a dependency (the database) cannot be reached
+    now; the same request may succeed later. A write answered so may or may not have been applied: retry it
+    with the same idempotency key (or ``If-Match``) to apply it exactly once."""
+    return APIError(503, f"{dependency}_unavailable", message, headers={"Retry-After": str(max(1, int(retry_after_s)))})

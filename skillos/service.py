@@ -9,9 +9,10 @@ routers and readiness checks; `serve` runs it (uvicorn's own refusals in the sam
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import FrameType
 from typing import Any
@@ -24,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from skillos import __version__
-from skillos.errors import APIError, ErrorBody, ErrorResponse
+from skillos.errors import APIError, ErrorBody, ErrorResponse, unavailable
 from skillos.logging import get_logger
 from skillos.textguard import MAX_JSON_DEPTH, bad_char, check_json_body
 
@@ -234,18 +235,29 @@ def create_app(
     title: str | None = None,
     description: str = "",
     readiness: list[ReadinessCheck] | None = None,
+    degraded_when: list[ReadinessCheck] | None = None,
+    unavailable_on: Mapping[type[BaseException], str] | None = None,
+    retry_after_s: int = 1,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
     extra_metrics: Callable[[], Awaitable[bytes]] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
     """``extra_metrics``: Prometheus text appended to ours (a backend's own metrics, e.g. llama.cpp's).
-    ``max_request_bytes``, ``max_json_depth``: the door's limits (`_Door`)."""
+    ``max_request_bytes``, ``max_json_depth``: the door's limits (`_Door`).
+
+    ``readiness``: checks whose failure makes ``/readyz`` 503 (take the replica out of rotation);
+    ``degraded_when``: checks of dependencies the service can serve without (a cache, change announcements):
+    their failure is named in ``/readyz``'s answer, which stays 200.
+    ``unavailable_on``: exception types raised when a dependency cannot be reached (the database driver's
+    connection errors), each with the dependency's name: a request that meets one is answered 503
+    ``<name>_unavailable`` with ``Retry-After: retry_after_s``, in the one error shape, never a 500."""
     app = FastAPI(title=title or f"SkillOS {service}", version=__version__, description=description,
                   lifespan=lifespan)
     log = get_logger(service)
     checks = list(readiness or [])
     app.state.readiness = checks
+    app.state.degraded_when = list(degraded_when or [])
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError):
@@ -260,6 +272,18 @@ def create_app(
     async def _http(_: Request, exc: StarletteHTTPException):
         code = _HTTP_CODES.get(exc.status_code, "error")
         return _error(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    for exc_type, dependency in (unavailable_on or {}).items():
+        async def _unavailable(request: Request, exc: BaseException, dependency: str = dependency) -> JSONResponse:
+            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+            # the driver's words (hosts, ports) go to the log, not to the client
+            log.warning("dependency_unavailable", dependency=dependency, path=request.url.path,
+                        error=f"{type(exc).__name__}: {first_line}")
+            e = unavailable(dependency, f"the {dependency} cannot be reached now ({type(exc).__name__}): "
+                                        f"retry after {retry_after_s} s", retry_after_s)
+            return _error(e.status, e.code, e.message, headers=e.headers)
+
+        app.add_exception_handler(exc_type, _unavailable)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -277,14 +301,17 @@ def create_app(
     @app.get("/readyz", tags=["ops"], summary="Dependencies are reachable",
              responses={503: {"model": ErrorResponse}})
     async def readyz():
-        failed = {}
-        for check in app.state.readiness:
-            try:
-                await check()
-            except Exception as e:  # noqa: BLE001 - any failure means not ready
-                failed[getattr(check, "__name__", "check")] = f"{type(e).__name__}: {e}"
+        failed, degraded = {}, {}
+        for found, group in ((failed, app.state.readiness), (degraded, app.state.degraded_when)):
+            for check in group:
+                try:
+                    await check()
+                except Exception as e:  # noqa: BLE001 - any failure means not ready (or degraded)
+                    found[getattr(check, "__name__", "check")] = f"{type(e).__name__}: {e}"
         if failed:
-            return _error(503, "not_ready", "dependencies not reachable", failed)
+            return _error(503, "not_ready", "dependencies not reachable", {**failed, **degraded})
+        if degraded:
+            return {"status": "ready", "service": service, "degraded": degraded}
         return {"status": "ready", "service": service}
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=PlainTextResponse)
@@ -295,6 +322,19 @@ def create_app(
         return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def run_bounded(fn: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
+    """``fn(*args)`` in a worker thread, awaited at most ``timeout_s`` (raises `TimeoutError` past it).
+
+    Starlette's `run_in_threadpool` cannot be cancelled: a thread blocked on a dependency that stopped
+    answering (a frozen database keeps its connections open) holds the request for as long as it blocks.
+    Here the request is let go at the bound and the thread finishes on its own; what it was doing (a write)
+    may still complete afterwards, which the caller must say in its answer."""
+    import anyio.to_thread
+
+    return await asyncio.wait_for(anyio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True),
+                                  timeout=timeout_s)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[Any], poll_s: float = 1.0) -> Any:

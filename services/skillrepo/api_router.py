@@ -7,11 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from services.skillrepo.serving import SkillRepoService, format_error, parse_if_match
 from skillos.auth import Grant
-from skillos.errors import APIError, ErrorResponse
+from skillos.errors import APIError, ErrorResponse, unavailable
 from skillos.protocol.skillrepo import (
     LOG_ID_MAX,
     VERSION_MAX,
@@ -37,6 +36,7 @@ from skillos.protocol.skillrepo import (
     SnapshotList,
     TokenInfo,
 )
+from skillos.service import run_bounded
 from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
 
 _bearer = HTTPBearer(auto_error=False, description="a token from SKILLOS_AUTH_TOKENS (not needed in open mode)")
@@ -62,6 +62,18 @@ async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = 
 
 
 Svc = Annotated[SkillRepoService, Depends(service)]
+
+
+async def _db(svc: SkillRepoService, method, *args):
+    """A service method (database work) in a worker thread, bounded by ``database_request_timeout_s``:
+    a database that stopped answering gets the request a 503 with Retry-After, not a hang."""
+    limit = svc.settings.database_request_timeout_s
+    try:
+        return await run_bounded(method, *args, timeout_s=limit)
+    except TimeoutError:
+        raise unavailable("database", f"the database did not answer within {limit:g} s "
+                          "(SKILLOS_DATABASE_REQUEST_TIMEOUT_S); a write may still be applied: retry it with the same "
+                          "idempotency_key (or If-Match) to apply it once", svc.settings.database_retry_after_s) from None
 Auth = Annotated[Grant, Depends(grant)]
 
 
@@ -121,24 +133,24 @@ async def whoami(request: Request, auth: Auth) -> TokenInfo:
 @router.post("/repos", status_code=201, response_model=Repo, summary="Create a repo")
 async def create_repo(body: RepoCreate, svc: Svc, auth: Auth) -> Repo:
     auth.require(body.name, write=True)
-    return await run_in_threadpool(svc.create_repo, body.name)
+    return await _db(svc, svc.create_repo, body.name)
 
 
 @router.get("/repos", response_model=RepoList, summary="List repos (those the token reaches)")
 async def list_repos(svc: Svc, auth: Auth) -> RepoList:
-    return RepoList(repos=await run_in_threadpool(svc.list_repos, auth.prefix))
+    return RepoList(repos=await _db(svc, svc.list_repos, auth.prefix))
 
 
 @router.get("/repos/{repo}", response_model=Repo, summary="One repo")
 async def get_repo(repo: str, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
-    return await run_in_threadpool(svc.get_repo, repo)
+    return await _db(svc, svc.get_repo, repo)
 
 
 @router.delete("/repos/{repo}", status_code=204, summary="Delete a repo")
 async def delete_repo(repo: str, svc: Svc, auth: Auth) -> Response:
     auth.require(repo, write=True)
-    await run_in_threadpool(svc.delete_repo, repo)
+    await _db(svc, svc.delete_repo, repo)
     return Response(status_code=204)
 
 
@@ -147,7 +159,7 @@ async def delete_repo(repo: str, svc: Svc, auth: Auth) -> Response:
 async def fork_repo(repo: str, body: ForkRequest, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
     auth.require(body.name, write=True)
-    return await run_in_threadpool(svc.fork_repo, repo, body.name, body.snapshot)
+    return await _db(svc, svc.fork_repo, repo, body.name, body.snapshot)
 
 
 # --- skills ---
@@ -159,7 +171,7 @@ async def list_skills(repo: str, svc: Svc, auth: Auth,
                       after: Annotated[str | None, Query(max_length=128,
                                                          description="names after this one")] = None) -> SkillList:
     auth.require(repo)
-    return await run_in_threadpool(svc.list_skills, repo, limit, after)
+    return await _db(svc, svc.list_skills, repo, limit, after)
 
 
 @router.post("/repos/{repo}/skills", status_code=201, response_model=Skill, openapi_extra=_SKILL_BODY,
@@ -167,7 +179,7 @@ async def list_skills(repo: str, svc: Svc, auth: Auth,
 async def insert_skill(repo: str, request: Request, response: Response, svc: Svc, auth: Auth) -> Skill:
     auth.require(repo, write=True)
     doc = await _skill_doc(request, svc)
-    skill = await run_in_threadpool(svc.insert_skill, repo, doc)
+    skill = await _db(svc, svc.insert_skill, repo, doc)
     _etag(response, skill.version)
     return skill
 
@@ -177,7 +189,7 @@ async def insert_skill(repo: str, request: Request, response: Response, svc: Svc
             summary="One skill; the SKILL.md document with 'Accept: text/markdown'")
 async def get_skill(repo: str, name: str, request: Request, svc: Svc, auth: Auth):
     auth.require(repo)
-    skill = await run_in_threadpool(svc.get_skill, repo, name)
+    skill = await _db(svc, svc.get_skill, repo, name)
     headers = {"ETag": f'"{skill.version}"'}
     accept = request.headers.get("accept", "")
     if "text/markdown" in accept and "application/json" not in accept:
@@ -192,7 +204,7 @@ async def put_skill(repo: str, name: str, request: Request, response: Response, 
     auth.require(repo, write=True)
     if_match = parse_if_match(request.headers.get("if-match"))
     doc = await _skill_doc(request, svc, url_name=name)
-    skill, created = await run_in_threadpool(svc.put_skill, repo, name, doc, if_match)
+    skill, created = await _db(svc, svc.put_skill, repo, name, doc, if_match)
     response.status_code = 201 if created else 200
     _etag(response, skill.version)
     return skill
@@ -202,7 +214,7 @@ async def put_skill(repo: str, name: str, request: Request, response: Response, 
 async def delete_skill(repo: str, name: str, request: Request, svc: Svc, auth: Auth) -> Response:
     auth.require(repo, write=True)
     if_match = parse_if_match(request.headers.get("if-match"))
-    await run_in_threadpool(svc.delete_skill, repo, name, if_match)
+    await _db(svc, svc.delete_skill, repo, name, if_match)
     return Response(status_code=204)
 
 
@@ -211,7 +223,7 @@ async def delete_skill(repo: str, name: str, request: Request, svc: Svc, auth: A
 async def skill_versions(repo: str, name: str, svc: Svc, auth: Auth,
                          content: Annotated[bool, Query(description="include each version's document")] = False):
     auth.require(repo)
-    return await run_in_threadpool(svc.versions, repo, name, content)
+    return await _db(svc, svc.versions, repo, name, content)
 
 
 @router.get("/repos/{repo}/skills/{name}/versions/{version}", response_model=SkillVersion,
@@ -219,7 +231,7 @@ async def skill_versions(repo: str, name: str, svc: Svc, auth: Auth,
 async def skill_version(repo: str, name: str, version: Annotated[int, Path(ge=1, le=VERSION_MAX)], svc: Svc,
                         auth: Auth) -> SkillVersion:
     auth.require(repo)
-    return await run_in_threadpool(svc.version, repo, name, version)
+    return await _db(svc, svc.version, repo, name, version)
 
 
 @router.post("/repos/{repo}/skills/{name}/restore", response_model=Skill,
@@ -227,7 +239,7 @@ async def skill_version(repo: str, name: str, version: Annotated[int, Path(ge=1,
 async def restore_skill(repo: str, name: str, body: RestoreSkillRequest, svc: Svc, auth: Auth) -> Skill:
     auth.require(repo, write=True)
     origin = body.origin.model_dump(exclude_none=True) if body.origin else None
-    return await run_in_threadpool(svc.restore_skill, repo, name, body.version, origin)
+    return await _db(svc, svc.restore_skill, repo, name, body.version, origin)
 
 
 # --- search and ops ---
@@ -243,7 +255,7 @@ async def search(repo: str, svc: Svc, auth: Auth,
     auth.require(repo)
     if len(q) > svc.settings.max_query_chars:
         raise APIError(413, "query_too_long", f"the query is over {svc.settings.max_query_chars} chars")
-    hits = await run_in_threadpool(svc.search, repo, q, min(k, svc.settings.max_search_k), mode)
+    hits = await _db(svc, svc.search, repo, q, min(k, svc.settings.max_search_k), mode)
     return SearchResponse(hits=hits, mode=mode)
 
 
@@ -264,7 +276,7 @@ async def batch_limit(request: Request, svc: Svc) -> None:
              summary="Apply curator function calls (atomic by default), one verdict per op")
 async def apply_ops(repo: str, body: OpsRequest, svc: Svc, auth: Auth) -> OpsResult:
     auth.require(repo, write=True)
-    return await run_in_threadpool(svc.apply_ops, repo, body)
+    return await _db(svc, svc.apply_ops, repo, body)
 
 
 @router.get("/repos/{repo}/ops", response_model=OpLog,
@@ -273,14 +285,14 @@ async def op_log(repo: str, svc: Svc, auth: Auth,
                  before: Annotated[int | None, Query(ge=1, le=LOG_ID_MAX, description="entries older than this id")] = None,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> OpLog:
     auth.require(repo)
-    return await run_in_threadpool(svc.op_log, repo, before, limit)
+    return await _db(svc, svc.op_log, repo, before, limit)
 
 
 @router.get("/repos/{repo}/index", response_model=IndexStatus,
             summary="This replica's search index of the repo, next to the database's state (diagnostics)")
 async def index_status(repo: str, svc: Svc, auth: Auth) -> IndexStatus:
     auth.require(repo)
-    return await run_in_threadpool(svc.index_status, repo)
+    return await _db(svc, svc.index_status, repo)
 
 
 # --- export / import, snapshots ---
@@ -290,7 +302,7 @@ async def index_status(repo: str, svc: Svc, auth: Auth) -> IndexStatus:
             summary="A tar.gz of <name>/SKILL.md folders")
 async def export(repo: str, svc: Svc, auth: Auth) -> Response:
     auth.require(repo)
-    data = await run_in_threadpool(svc.export, repo)
+    data = await _db(svc, svc.export, repo)
     return Response(data, media_type="application/gzip",
                     headers={"Content-Disposition": f'attachment; filename="{repo}.tar.gz"'})
 
@@ -301,24 +313,24 @@ async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
                   replace: Annotated[bool, Query(description="also delete skills not in the archive")] = False):
     auth.require(repo, write=True)
     data = await _body(request, svc)
-    return await run_in_threadpool(svc.import_, repo, data, replace)
+    return await _db(svc, svc.import_, repo, data, replace)
 
 
 @router.post("/repos/{repo}/snapshots", status_code=201, response_model=Snapshot,
              summary="Remember the repo's skills under a label (a training step, a stream position)")
 async def create_snapshot(repo: str, body: SnapshotCreate, svc: Svc, auth: Auth) -> Snapshot:
     auth.require(repo, write=True)
-    return await run_in_threadpool(svc.snapshot, repo, body.label)
+    return await _db(svc, svc.snapshot, repo, body.label)
 
 
 @router.get("/repos/{repo}/snapshots", response_model=SnapshotList, summary="The repo's snapshots")
 async def list_snapshots(repo: str, svc: Svc, auth: Auth) -> SnapshotList:
     auth.require(repo)
-    return SnapshotList(snapshots=await run_in_threadpool(svc.list_snapshots, repo))
+    return SnapshotList(snapshots=await _db(svc, svc.list_snapshots, repo))
 
 
 @router.post("/repos/{repo}/snapshots/{label}/restore", response_model=Repo,
              summary="Make the repo's skills what they were at the snapshot (new versions, history kept)")
 async def restore_snapshot(repo: str, label: str, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo, write=True)
-    return await run_in_threadpool(svc.restore_snapshot, repo, label)
+    return await _db(svc, svc.restore_snapshot, repo, label)

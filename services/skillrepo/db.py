@@ -17,7 +17,19 @@ def is_sqlite(engine_or_url) -> bool:
     return url.get_backend_name() == "sqlite"
 
 
-def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
+def make_engine(url: str, sqlite_synchronous: str = "NORMAL", *, connect_timeout_s: float = 5.0,
+                statement_timeout_s: float = 30.0, pool_timeout_s: float = 10.0) -> Engine:
+    """An engine whose every wait on PostgreSQL is bounded, so that a database that is down or stuck turns
+    into an error (answered 503 by the service) instead of a hung request:
+
+    * ``connect_timeout_s``: opening a connection (libpq ``connect_timeout``);
+    * ``statement_timeout_s``: one statement, lock waits included (server ``statement_timeout``; 0: none);
+    * TCP keepalives and ``tcp_user_timeout``: a connection to a host that vanished fails in ~20 s instead
+      of the kernel's ~15 min;
+    * ``pool_timeout_s``: waiting for a free connection of the pool;
+    * ``pool_pre_ping``: a connection the database dropped (a restart) is replaced on checkout, so the
+      service recovers by itself once the database is back.
+    """
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if is_sqlite(url):
@@ -45,7 +57,34 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
 
         return engine
-    return create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
+    connect_args: dict = {
+        "connect_timeout": max(1, round(connect_timeout_s)),  # libpq: whole seconds, at least 1 (0: forever)
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
+        "tcp_user_timeout": 20_000}
+    if statement_timeout_s > 0:
+        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_s * 1000)}"
+    return create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True, pool_timeout=pool_timeout_s,
+                         connect_args=connect_args)
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """What the database (or its driver) raises when it cannot be reached or cannot answer now: a refused or
+    dropped connection, a server starting up or shutting down, a statement or pool timeout, SQLite busy.
+    The service answers these 503 with Retry-After (the same request may succeed later), not 500. Errors of
+    the SQL itself (integrity, programming) are not among them. The hot path runs statements on the driver's
+    own cursor (`hotpath.py`), so the drivers' exceptions come unwrapped as well as SQLAlchemy's."""
+    import sqlite3
+
+    from sqlalchemy import exc
+
+    errors: list[type[BaseException]] = [exc.OperationalError, exc.InterfaceError, exc.TimeoutError,
+                                         exc.DisconnectionError, sqlite3.OperationalError]
+    try:
+        import psycopg
+    except ImportError:  # SQLite only
+        return tuple(errors)
+    # OperationalError: connection failures, admin shutdown, cannot connect now, query cancelled (timeout)
+    return (*errors, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 def alembic_config(url: str):
@@ -74,6 +113,8 @@ def migrate(engine: Engine) -> None:
                 conn.commit()
         return
     with engine.connect() as conn:
+        # a migration (and the wait for another replica's) may take longer than one request's statement bound
+        conn.execute(text("SET statement_timeout = 0"))
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         conn.commit()
         try:

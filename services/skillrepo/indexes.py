@@ -139,7 +139,14 @@ class IndexManager:
 
 
 class Announcer:
-    """Redis pub/sub of change announcements, plus a periodic reconcile as the safety net."""
+    """Redis pub/sub of change announcements, plus a periodic reconcile as the safety net.
+
+    A write never waits on Redis: `publish` only records the repo's newest seq, and one thread sends what
+    is recorded (the newest seq per repo; an announcement says "catch up to at least this seq", so newer
+    ones make older ones of the same repo redundant). Redis dead, restarting or frozen therefore costs
+    writers nothing; announcements that cannot be sent are dropped, and the other replicas learn of those
+    writes from their reconcile loop (every ``interval_s``) and from the reconcile after they re-subscribe.
+    """
 
     def __init__(self, indexes: IndexManager, redis_url: str | None, channel: str, interval_s: float):
         self.indexes, self.channel, self.interval_s = indexes, channel, interval_s
@@ -147,27 +154,55 @@ class Announcer:
         if redis_url:
             import redis
 
-            self.redis = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=3)
+            # health checks: a frozen Redis (no answers, connection still open) is noticed by the listener too
+            self.redis = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=3,
+                                              health_check_interval=5)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._pending: dict[int, int] = {}
+        self._wake = threading.Condition()
+        self.failed_publishes = 0
 
     def publish(self, repo_id: int, seq: int) -> None:
         if self.redis is None:
             return
-        try:
-            self.redis.publish(self.channel, json.dumps({"repo_id": repo_id, "seq": seq}))
-        except Exception as e:  # noqa: BLE001 - the others recover by reconcile; the write is committed
-            log.warning("announce_failed", error=str(e))
+        with self._wake:
+            if seq > self._pending.get(repo_id, -1):
+                self._pending[repo_id] = seq
+            self._wake.notify()
+
+    def _publish_loop(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            with self._wake:
+                if not self._pending:
+                    self._wake.wait(timeout=1.0)
+                batch, self._pending = self._pending, {}
+            for repo_id, seq in batch.items():
+                try:
+                    self.redis.publish(self.channel, json.dumps({"repo_id": repo_id, "seq": seq}))
+                    if failing:
+                        failing = False
+                        log.info("announce_resumed")
+                except Exception as e:  # noqa: BLE001 - the others recover by reconcile; the write is committed
+                    self.failed_publishes += 1
+                    if not failing:  # once per outage, not once per write
+                        failing = True
+                        log.warning("announce_failed", error=str(e))
+                    break  # the rest of this batch would wait on the same dead Redis: dropped too
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._reconcile_loop, name="skillrepo-reconcile", daemon=True)]
         if self.redis is not None:
             self._threads.append(threading.Thread(target=self._listen_loop, name="skillrepo-listen", daemon=True))
+            self._threads.append(threading.Thread(target=self._publish_loop, name="skillrepo-announce", daemon=True))
         for t in self._threads:
             t.start()
 
     def stop(self) -> None:
         self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
         for t in self._threads:
             t.join(timeout=5)
 
@@ -181,10 +216,15 @@ class Announcer:
                 log.warning("reconcile_failed", error=str(e))
 
     def _listen_loop(self) -> None:
+        failing = False
         while not self._stop.is_set():
+            pubsub = None
             try:
                 pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(self.channel)
+                if failing:
+                    failing = False
+                    log.info("listen_resumed")
                 # after (re)subscribing, anything missed while away is repaired at once
                 self.indexes.reconcile()
                 while not self._stop.is_set():
@@ -192,7 +232,14 @@ class Announcer:
                     if msg and msg.get("type") == "message":
                         data = json.loads(msg["data"])
                         self.indexes.announced(int(data["repo_id"]), int(data["seq"]))
-                pubsub.close()
             except Exception as e:  # noqa: BLE001
-                log.warning("listen_failed", error=str(e))
+                if not failing:  # once per outage; retried every second
+                    failing = True
+                    log.warning("listen_failed", error=str(e))
                 self._stop.wait(1.0)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001, S110 - a dead connection closes as well as it can
+                        pass

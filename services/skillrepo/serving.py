@@ -23,7 +23,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from services.skillrepo.db import make_engine, migrate
+from services.skillrepo.db import database_errors, make_engine, migrate
 from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
@@ -43,6 +43,7 @@ from services.skillrepo.store import (
     VersionRow,
 )
 from skillos.errors import APIError
+from skillos.logging import get_logger
 from skillos.protocol.skillrepo import (
     VERSION_MAX,
     ImportResult,
@@ -67,6 +68,7 @@ _VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
 SEARCH_LATENCY = Histogram("skillos_skillrepo_search_seconds", "In-process search latency", ["mode"],
                            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1))
+log = get_logger("skillrepo")
 WRITES_TOTAL = Counter("skillos_skillrepo_versions_written_total", "Skill versions written", ["cause"])
 
 
@@ -160,10 +162,14 @@ def log_entry_out(r: LogRow) -> OpLogEntry:
 class SkillRepoService:
     def __init__(self, settings: SkillRepoSettings | None = None, *, run_migrations: bool = True):
         self.settings = settings or SkillRepoSettings()
-        self.engine = make_engine(self.settings.database_url, self.settings.sqlite_synchronous)
+        self.engine = make_engine(self.settings.database_url, self.settings.sqlite_synchronous,
+                                  connect_timeout_s=self.settings.database_connect_timeout_s,
+                                  statement_timeout_s=self.settings.database_statement_timeout_s,
+                                  pool_timeout_s=self.settings.database_pool_timeout_s)
         if run_migrations:
             migrate(self.engine)
         self.store = Store(self.engine)
+        self._database_errors = database_errors()
         self.indexes = IndexManager(self.store, self.settings.index_cache_repos)
         self.dense = DenseIndexes(
             lambda: Encoder(self.settings.embedding_model or None, int8=self.settings.embedding_int8),
@@ -185,7 +191,12 @@ class SkillRepoService:
         for ch in changes:
             WRITES_TOTAL.labels("delete" if ch.blob_hash is None else "write").inc()
         if changes:
-            self.indexes.committed(repo.id, changes)
+            try:
+                self.indexes.committed(repo.id, changes)
+            except self._database_errors as e:
+                # the write is committed and is answered as such; this replica's index catches up on the next
+                # search (which reads the seq first) or reconcile, once the database answers again
+                log.warning("index_update_deferred", repo_id=repo.id, error=f"{type(e).__name__}: {e}"[:300])
             self.announcer.publish(repo.id, repo.seq)
 
     # --- repos ---

@@ -14,6 +14,15 @@ class SkillRepoSettings(CommonSettings):
     # SQLite only. NORMAL (WAL): an acknowledged write survives a crash or kill of the service, not a
     # power loss of the machine; FULL also fsyncs every commit (measured here: +3.5 ms per write).
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    # PostgreSQL only: bounds on every wait (db.make_engine); past one, the request is answered 503 with
+    # Retry-After (database_retry_after_s), never a 500 or a hang
+    database_connect_timeout_s: float = 5.0
+    database_statement_timeout_s: float = 30.0
+    database_pool_timeout_s: float = 10.0
+    # the whole of one request's database work; past it the request is answered 503 (a database that stopped
+    # answering without closing its connections, e.g. frozen or partitioned, would otherwise hold it forever)
+    database_request_timeout_s: float = 30.0
+    database_retry_after_s: int = 1
     redis_url: str | None = None
     redis_channel: str = "skillos:skillrepo:changes"
 

@@ -1,0 +1,94 @@
+"""The chaos suite's scenarios (`bench/chaos.py`) in their short form: the same code, small parameters.
+
+Each starts its own PostgreSQL cluster (initdb into a temporary folder, its own port) and, for scenario 2,
+its own Redis, so the faults it injects (PostgreSQL stopped, Redis killed and frozen) touch nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import IN_CI
+
+from bench import chaos
+
+pytestmark = pytest.mark.slow
+
+
+def _need(tool: str, found: bool) -> None:
+    if not found:
+        msg = f"{tool} not installed: the chaos scenarios start their own servers"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture
+def pg_tools():
+    _need(f"PostgreSQL ({chaos.PG_BIN})", (chaos.PG_BIN / "initdb").exists() and (chaos.PG_BIN / "pg_ctl").exists())
+
+
+@pytest.fixture
+def redis_tools():
+    _need("redis-server", shutil.which(chaos.REDIS_SERVER) is not None)
+
+
+def test_postgres_stopped_under_write_load(pg_tools, tmp_path):
+    r = chaos.pg_restart(clients=4, rate=20, warmup_s=2.5, outage_s=2.5, after_s=3, read_rate=5, workdir=tmp_path)
+    print(chaos.render_pg(r, "tests/test_chaos.py"))
+    assert r["acked"] > 20 and r["during"]["n"] > 5       # real load, and it met the outage
+    assert set(r["all"]["statuses"]) <= {200, 503}         # never a 500, never a dropped connection or hang
+    assert r["during"]["statuses"].get(503, 0) > 0
+    assert r["all"]["503_without_retry_after"] == 0
+    assert r["during"]["codes"].keys() <= {"database_unavailable"}
+    assert r["lost"] == [] and r["applied_twice"] == [] and r["applied_never_sent"] == []
+    assert all(i["equal"] for i in r["index"].values())
+    assert r["recovery_write_s"] is not None               # back without a restart
+    assert r["unhandled_errors_logged"] == 0
+    assert chaos.pg_invariants(r) == []
+
+
+def test_postgres_frozen_under_write_load(pg_tools, tmp_path):
+    """SIGSTOP of the whole cluster: connections stay open and nothing answers; the request bound turns that
+    into 503s within SKILLOS_DATABASE_REQUEST_TIMEOUT_S instead of requests hanging until the thaw."""
+    r = chaos.pg_restart(clients=4, rate=20, warmup_s=2.5, outage_s=4, after_s=3, read_rate=5, workdir=tmp_path,
+                         fault="freeze", env={"SKILLOS_DATABASE_REQUEST_TIMEOUT_S": "1.5"})
+    print(chaos.render_pg(r, "tests/test_chaos.py"))
+    assert set(r["all"]["statuses"]) <= {200, 503}
+    assert r["during"]["statuses"].get(503, 0) > 0 and r["all"]["503_without_retry_after"] == 0
+    assert r["all"]["max_s"] < 4                           # bounded by the request timeout, not by the freeze
+    assert r["lost"] == [] and r["applied_twice"] == []
+    assert all(i["equal"] for i in r["index"].values())
+    assert chaos.pg_invariants(r) == []
+
+
+def test_redis_lost_and_back_with_two_replicas(pg_tools, redis_tools, tmp_path):
+    r = chaos.redis_loss(clients=2, rate=8, warmup_s=2.5, outage_s=3, between_s=3, after_s=3, read_rate=5,
+                         sync_interval_s=1.5, workdir=tmp_path)
+    print(chaos.render_redis(r, "tests/test_chaos.py"))
+    assert r["acked"] > 20 and sum(p["lag_n"] for p in r["phases"].values()) > 10
+    assert set(r["all"]["statuses"]) == {200}
+    assert r["stale_reads"] == 0
+    assert r["lost"] == [] and r["applied_twice"] == []
+    assert all(i["equal"] for i in r["index"].values())
+    assert chaos.redis_invariants(r) == []
+
+
+def test_invariants_catch_what_they_are_for():
+    """The checks themselves: a 500, a 503 without Retry-After, a lost write each break an invariant."""
+    ok = {"all": chaos.tally([chaos.Attempt("write", "a", 0, 0.01, 200), chaos.Attempt("write", "a", 1, 1.01, 503,
+                                                                                       retry_after="1")]),
+          "during": chaos.tally([chaos.Attempt("write", "a", 1, 1.01, 503, retry_after="1")]),
+          "ready_during": chaos.tally([chaos.Attempt("ready", "a", 1, 1.01, 503)]),
+          "lost": [], "applied_twice": [], "applied_never_sent": [], "stale_reads": 0,
+          "index": {"a": {"equal": True}}, "recovery_write_s": 0.2}
+    assert chaos.pg_invariants(ok) == []
+    with_500 = {**ok, "all": chaos.tally([chaos.Attempt("write", "a", 0, 0.01, 500)])}
+    assert any("200/503" in b for b in chaos.pg_invariants(with_500))
+    bare_503 = {**ok, "all": chaos.tally([chaos.Attempt("write", "a", 0, 0.01, 503)])}
+    assert any("Retry-After" in b for b in chaos.pg_invariants(bare_503))
+    assert any("lost" in b for b in chaos.pg_invariants({**ok, "lost": ["c0-1"]}))
+    assert any("index" in b for b in chaos.pg_invariants({**ok, "index": {"a": {"equal": False}}}))
+    hang = {**ok, "all": chaos.tally([chaos.Attempt("write", "a", 0, chaos.HANG_S, 200)])}
+    assert any("hang" in b for b in chaos.pg_invariants(hang))
