@@ -126,7 +126,8 @@ def test_kube_version_gates():
         ("1.18.0", "values.yaml", (), "chart requires kubeVersion"),
         (K8S_OLDEST, "values.yaml", ("trainer.enabled=true",), "trainer.enabled=true needs Kubernetes 1.22"),
     ]:
-        args = [tool("helm"), "template", "skillos", str(CHART), "-f", str(CHART / values), "--kube-version", version]
+        args = [tool("helm"), "template", "skillos", str(CHART), "-f", str(CHART / values),
+                "--kube-version", version]
         for s in sets:
             args += ["--set", s]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
@@ -172,3 +173,22 @@ def test_every_claim_takes_the_storage_class_setting():
     assert own["skillos-redis/data"]["storageClassName"] == "fast"
     static = claims(helm_template("values.yaml", sets=(*sets, "global.storageClass=-")))
     assert {c["storageClassName"] for c in static.values()} == {""}
+
+
+def test_helm_test_pod_goes_through_the_services():
+    """`helm test`'s pod: a hook, its script valid Python that reaches the skill repo and the executor by
+    their Services' URLs (from the ConfigMap) with the release's token (from the Secret)."""
+    objs = helm_template("values-cpu.yaml")
+    pod = next(o for o in objs if o["kind"] == "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    c = pod["spec"]["containers"][0]
+    compile(c["args"][0], "test-stack", "exec")
+    assert {"configMapRef": {"name": "skillos-config"}} in c["envFrom"]
+    assert {"secretRef": {"name": "skillos-secrets"}} in c["envFrom"]
+    config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "skillos-config")
+    assert config["data"]["SKILLOS_SKILLREPO_URL"] == "http://skillos-skillrepo:8001"
+    assert config["data"]["SKILLOS_EXECUTOR_URL"] == "http://skillos-executor:8002"
+    assert '"env": "alfworld"' in c["args"][0] and '"max_turns": 1' in c["args"][0]
+    assert not [o for o in helm_template("values-cpu.yaml", sets=("tests.enabled=false",)) if o["kind"] == "Pod"]
+    no_episode = helm_template("values-cpu.yaml", sets=("tests.episode.enabled=false",))
+    assert "/v1/episodes" not in next(o for o in no_episode if o["kind"] == "Pod")["spec"]["containers"][0]["args"][0]
