@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the main job on the embedded default) and `make test`.
 # Both set up .venv/ first (idempotent; scripts/setup.sh).
-.PHONY: setup run test bench lint vllm-cpu compose-check
+.PHONY: setup run test bench lint vllm-cpu compose-check k8s-check
 
 setup:
 	@bash scripts/setup.sh
@@ -26,3 +26,6 @@ vllm-cpu:
 # Options are environment variables, listed in deploy/compose_check.py (e.g. SKILLOS_CHECK_TRAINER=1).
 compose-check: setup
 	.venv/bin/python deploy/compose_check.py
+
+k8s-check: setup
+	.venv/bin/python deploy/k8s_check.py

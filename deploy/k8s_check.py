@@ -1,0 +1,458 @@
+"""`make k8s-check`: the Helm chart's whole life on a real Kubernetes cluster.
+
+Brings up the local single-node cluster (../shared/tools/k8s-local: Kubernetes v1.20.2 on this machine's
+Docker engine through dockershim; `setup.sh` builds it once, ~9 min), builds the CPU images with BuildKit
+on that same engine (so the kubelet runs them as they are: nothing to push or load; packages from the
+local index of deploy/pyindex.py, as `make compose-check` does), fills a data claim with the ALFWorld and
+WebShop files from a helper pod (`kubectl cp`, what an operator does), then:
+
+  helm install (values-cpu.yaml: embedded LLM, bundled PostgreSQL and Redis, 1 core of requests)
+  -> every pod Ready -> helm test (a pod writes a skill through the skill repo's Service, searches it,
+  has the executor play one ALFWorld step) -> helm upgrade (a changed setting: the pods roll, the
+  generated token stays) -> helm upgrade (two skill-repo and two ALFWorld replicas behind their
+  Services) -> helm test -> helm rollback to revision 1 -> the GPU values dry-run on the server ->
+  helm uninstall, and what is left of the claims and the Secret.
+
+Every step is timed; the report (steps, seconds, what failed and why) is printed and written to
+deploy/k8s-check-report.md (SKILLOS_K8S_REPORT), with logs and pod descriptions of a failure under
+~/.cache/skillos/k8s-check/. Takes tens of minutes (the first image build compiles llama.cpp); not part
+of `make test`.
+
+Environment (all optional):
+  SKILLOS_K8S_LOCAL=DIR        the k8s-local tool (default ../shared/tools/k8s-local)
+  KUBECONFIG                   with SKILLOS_K8S_LOCAL= (empty): use this cluster instead; images must then
+                               reach it (SKILLOS_K8S_IMAGE_REPO=registry/skillos/skillos, pushed by you)
+  SKILLOS_K8S_NAMESPACE=NAME   namespace and release (default skillos-check; never `skillos`)
+  SKILLOS_K8S_SKIP_BUILD=1     use the images already in the engine
+  SKILLOS_K8S_KEEP=1           leave the release (and the cluster) up at the end
+  SKILLOS_K8S_DOWN=1           stop the local cluster at the end (default: leave it up, `up.sh` is 20 s)
+  SKILLOS_K8S_READY_TIMEOUT_S  how long pods may take to become Ready (default 1500)
+  SKILLOS_PIP_INDEX_URL, SKILLOS_PYINDEX_PORT, SKILLOS_CHECK_NICE: as for `make compose-check`
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+import compose_check as cc
+import pyindex
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "deploy" / "helm" / "skillos"
+K8S_LOCAL = Path(os.environ.get("SKILLOS_K8S_LOCAL", str(ROOT.parent / "shared" / "tools" / "k8s-local")))
+REPORT = Path(os.environ.get("SKILLOS_K8S_REPORT", str(ROOT / "deploy" / "k8s-check-report.md")))
+TARGETS = ("skillrepo", "envs", "executor", "curator", "console", "llm")
+IMAGE_REPO = os.environ.get("SKILLOS_K8S_IMAGE_REPO", "local/skillos")
+DATA_DIR = ROOT.parent / "shared" / "data"
+
+
+class CheckFailed(RuntimeError):
+    pass
+
+
+cc.CheckFailed = CheckFailed   # compose_check's helpers raise ours
+
+
+def log(msg: str) -> None:
+    print(f"[k8s-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Step:
+    name: str
+    status: str = "not run"
+    seconds: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    steps: list[Step] = field(default_factory=list)
+    facts: dict[str, str] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        s = Step(name)
+        self.steps.append(s)
+        log(f"--- {name}")
+        t = time.monotonic()
+        try:
+            yield s
+        except BaseException as e:
+            s.status, s.seconds = "FAILED", round(time.monotonic() - t, 1)
+            s.detail = (s.detail + " " if s.detail else "") + str(e).strip()[:3000]
+            log(f"FAILED {name} after {s.seconds}s: {str(e)[:2000]}")
+            raise
+        s.status, s.seconds = "ok", round(time.monotonic() - t, 1)
+        log(f"ok {name} in {s.seconds}s{': ' + s.detail if s.detail else ''}")
+
+    def markdown(self) -> str:
+        ok = all(s.status == "ok" for s in self.steps)
+        lines = [f"# `make k8s-check`: {'passed' if ok else 'FAILED'}", "",
+                 "Written by `deploy/k8s_check.py` (`make k8s-check`); rerun it to refresh.", ""]
+        lines += [f"- {k}: {v}" for k, v in self.facts.items()]
+        lines += ["", "| # | step | status | seconds | detail |", "|---|---|---|---|---|"]
+        for i, s in enumerate(self.steps, 1):
+            detail = s.detail.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {i} | {s.name} | {s.status} | {'' if s.seconds is None else s.seconds} | {detail} |")
+        return "\n".join(lines) + "\n"
+
+
+def sh(argv: list[str], *, timeout: float = 600, check: bool = True, env: dict | None = None,
+       logfile: Path | None = None) -> subprocess.CompletedProcess:
+    return cc.sh(argv, env=env, timeout=timeout, check=check, logfile=logfile)
+
+
+# ------------------------------------------------------------------------------------------- cluster
+def helm_binary() -> str:
+    for c in (ROOT / ".venv" / "bin" / "helm", shutil.which("helm")):
+        if c and Path(c).exists():
+            return str(c)
+    sh(["bash", str(ROOT / "scripts" / "install-k8s-tools.sh")], timeout=900)
+    return str(ROOT / ".venv" / "bin" / "helm")
+
+
+def local_cluster(report: Report) -> dict:
+    """setup.sh (once: builds Kubernetes v1.20.2, ~9 min) and up.sh; the environment that reaches it."""
+    env = dict(os.environ)
+    if not str(K8S_LOCAL) or not K8S_LOCAL.exists():
+        if not env.get("KUBECONFIG"):
+            raise CheckFailed(f"no k8s-local tool at {K8S_LOCAL} and no KUBECONFIG")
+        return env
+    with report.step("cluster: k8s-local setup.sh (build once, cached after)") as s:
+        out = sh(["bash", str(K8S_LOCAL / "setup.sh")], timeout=5400).stdout
+        s.detail = out.strip().splitlines()[-1][:200] if out.strip() else ""
+    with report.step("cluster: k8s-local up.sh") as s:
+        out = sh(["bash", str(K8S_LOCAL / "up.sh")], timeout=900).stdout
+        m = re.search(r"export KUBECONFIG=(\S+) PATH=(\S+?):\$PATH", out)
+        if not m:
+            raise CheckFailed(f"up.sh printed no export line:\n{out[-2000:]}")
+        env["KUBECONFIG"] = m.group(1)
+        env["PATH"] = f"{m.group(2)}:{env['PATH']}"
+        s.detail = f"KUBECONFIG={m.group(1)}"
+    return env
+
+
+# -------------------------------------------------------------------------------------------- images
+def build_images(report: Report, logdir: Path, tag: str) -> str:
+    docker = cc.docker_cli()
+    cc.ensure_engine(docker)
+    log(cc.renice_engine())
+    if os.environ.get("SKILLOS_K8S_SKIP_BUILD") == "1":
+        report.facts["images"] = "taken from the engine as they were (SKILLOS_K8S_SKIP_BUILD=1)"
+        return docker
+    server = None
+    index_dir = pyindex.default_dir()
+    with report.step("images: local package index (deploy/pyindex.py fill, serve)") as s:
+        if os.environ.get("SKILLOS_PIP_INDEX_URL"):
+            index_url = os.environ["SKILLOS_PIP_INDEX_URL"]
+            torch_url = os.environ.get("TORCH_INDEX_URL", index_url)
+        else:
+            pyindex.fill(index_dir, os.environ.get("SKILLOS_INDEX_PYTHON", sys.executable),
+                         os.environ.get("TORCH_INDEX_URL", pyindex.DEFAULT_TORCH_INDEX))
+            server, index_url = pyindex.serve(index_dir, int(os.environ.get("SKILLOS_PYINDEX_PORT", "8765")))
+            torch_url = index_url
+        s.detail = index_url
+    try:
+        build_log = logdir / "build.log"
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        for target in TARGETS:
+            image = f"{IMAGE_REPO}-{target}:{tag}"
+            with report.step(f"images: build {image}") as s:
+                sh([docker, "build", "--network", "host", "--progress", "plain",
+                    "--build-arg", f"PIP_INDEX_URL={index_url}", "--build-arg", f"TORCH_INDEX_URL={torch_url}",
+                    "-f", "deploy/Dockerfile", "--target", target, "-t", image, "."],
+                   env=env, logfile=build_log, timeout=7200)
+                size = int(sh([docker, "image", "inspect", "--format", "{{.Size}}", image]).stdout)
+                s.detail = f"{size / 1e6:.0f} MB"
+        if server is not None:
+            with contextlib.suppress(Exception):
+                log(cc.export_llama_wheel(docker, index_dir, index_url, torch_url, build_log))
+    finally:
+        if server is not None:
+            server.shutdown()
+    return docker
+
+
+# The official postgres image runs as any non-root uid it is given (runAsUser): it skips its chown and
+# privilege switch. The docker-engine tool's Debian stand-in needs root for both, which the chart's
+# securityContext (non-root, no capabilities) rightly refuses; this layer gives it the official contract.
+PG_NONROOT_ENTRYPOINT = r"""#!/bin/bash
+set -e
+if [ "$(id -u)" = 0 ]; then exec /usr/local/bin/docker-entrypoint.sh "$@"; fi
+export PGDATA=${PGDATA:-/var/lib/postgresql/data}
+mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  pw=$(mktemp) && echo "$POSTGRES_PASSWORD" > "$pw"
+  initdb -D "$PGDATA" -U "${POSTGRES_USER:-postgres}" --pwfile="$pw" --auth-local=trust --auth-host=scram-sha-256
+  rm -f "$pw"
+  echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
+  pg_ctl -D "$PGDATA" -w start -o "-c listen_addresses=''"
+  if [ -n "$POSTGRES_DB" ] && [ "$POSTGRES_DB" != postgres ]; then
+    psql -v ON_ERROR_STOP=1 -U "${POSTGRES_USER:-postgres}" -d postgres -c "CREATE DATABASE \"$POSTGRES_DB\""
+  fi
+  pg_ctl -D "$PGDATA" -m fast -w stop
+fi
+exec postgres -D "$PGDATA" -c listen_addresses='*'
+"""
+
+
+def database_values(docker: str, logdir: Path) -> dict:
+    """Values for the bundled PostgreSQL and Redis on this engine: each image's own user as
+    podSecurityContext (999 in the official images, others in the stand-ins), and for a PostgreSQL
+    image that cannot start as non-root, that image with the official non-root entrypoint on top."""
+    values: dict = {}
+    text = (CHART / "values.yaml").read_text()
+    for part, user in (("postgresql", "postgres"), ("redis", "redis")):
+        m = re.search(rf"^{part}:\n(?:  .*\n)*?  image: {{ repository: (\S+), tag: (\S+),", text, re.MULTILINE)
+        ref = f"{m.group(1)}:{m.group(2)}"
+        entry = sh([docker, "run", "--rm", "--entrypoint", "cat", ref, "/usr/local/bin/docker-entrypoint.sh"],
+                   check=False).stdout
+        if part == "postgresql" and "setpriv" in entry and "id -u" not in entry:
+            ctx = logdir / "postgres-nonroot"
+            ctx.mkdir(exist_ok=True)
+            (ctx / "nonroot.sh").write_text(PG_NONROOT_ENTRYPOINT)
+            (ctx / "Dockerfile").write_text(f"FROM {ref}\nCOPY nonroot.sh /usr/local/bin/nonroot-entrypoint.sh\n"
+                                            "RUN chmod 755 /usr/local/bin/nonroot-entrypoint.sh\n"
+                                            'ENTRYPOINT ["nonroot-entrypoint.sh"]\nCMD ["postgres"]\n')
+            ref = "local/k8s-check-postgres:nonroot"
+            sh([docker, "build", "-t", ref, str(ctx)], env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=600)
+            values.setdefault(part, {})["image"] = {"repository": ref.split(":")[0], "tag": "nonroot",
+                                                    "pullPolicy": "Never"}
+            log(f"{m.group(1)}:{m.group(2)} needs root to start: running {ref} (the official non-root contract)")
+        out = sh([docker, "run", "--rm", "--entrypoint", "id", ref, user], check=False).stdout
+        ids = re.search(r"uid=(\d+).*gid=(\d+)", out)
+        if ids and (ids.group(1), ids.group(2)) != ("999", "999"):
+            uid, gid = int(ids.group(1)), int(ids.group(2))
+            values.setdefault(part, {})["podSecurityContext"] = {
+                "runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+            log(f"{ref}: user {user} is {uid}:{gid}, not the official image's 999:999")
+    return values
+
+
+# -------------------------------------------------------------------------------------------- checks
+class Cluster:
+    def __init__(self, env: dict, ns: str, logdir: Path):
+        self.env, self.ns, self.logdir = env, ns, logdir
+        self.helm_bin = helm_binary()
+        self.kubectl_bin = shutil.which("kubectl", path=env["PATH"]) or "kubectl"
+
+    def kubectl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        return sh([self.kubectl_bin, "-n", self.ns, *args], env=self.env, timeout=timeout, check=check)
+
+    def helm(self, *args: str, timeout: float = 1800, check: bool = True) -> subprocess.CompletedProcess:
+        return sh([self.helm_bin, "-n", self.ns, *args], env=self.env, timeout=timeout, check=check)
+
+    def pods(self) -> list[dict]:
+        return json.loads(self.kubectl("get", "pods", "-o", "json").stdout)["items"]
+
+    def wait_ready(self, timeout: float, what: str = "") -> str:
+        """Every pod of the release Ready (hook pods aside); prints each change of the pods' states."""
+        t0, last = time.monotonic(), ""
+        while True:
+            pods = [p for p in self.pods() if "helm.sh/hook" not in (p["metadata"].get("annotations") or {})]
+            states = {}
+            for p in pods:
+                conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+                waiting = [cs["state"]["waiting"]["reason"] for cs in p["status"].get("containerStatuses", [])
+                           if "waiting" in cs["state"]]
+                restarts = sum(cs.get("restartCount", 0) for cs in p["status"].get("containerStatuses", []))
+                state = "Ready" if conds.get("Ready") == "True" else (waiting[0] if waiting else p["status"]["phase"])
+                states[p["metadata"]["name"]] = state + (f"({restarts} restarts)" if restarts else "")
+            line = " ".join(f"{n.removeprefix(self.ns + '-')}={s}" for n, s in sorted(states.items()))
+            if line != last:
+                log(f"  {line}")
+                last = line
+            if pods and all(s.startswith("Ready") for s in states.values()):
+                return f"{len(pods)} pods Ready {time.monotonic() - t0:.0f}s{' ' + what if what else ''}"
+            bad = [n for n, s in states.items() if s.startswith(("CrashLoopBackOff", "ErrImage", "ImagePull",
+                                                                  "CreateContainerConfigError", "Failed"))]
+            if bad or time.monotonic() - t0 > timeout:
+                self.dump(bad or [n for n, s in states.items() if not s.startswith("Ready")])
+                raise CheckFailed(f"not Ready after {time.monotonic() - t0:.0f}s: "
+                                  + ", ".join(f"{n}={states[n]}" for n in (bad or states) if not
+                                              states[n].startswith("Ready")) + f" (logs in {self.logdir})")
+            time.sleep(5)
+
+    def dump(self, pods: list[str]) -> None:
+        for name in pods:
+            with contextlib.suppress(Exception):
+                text = self.kubectl("describe", "pod", name, check=False).stdout
+                text += "\n--- logs\n" + self.kubectl("logs", name, "--all-containers", "--tail", "200",
+                                                      check=False).stdout
+                (self.logdir / f"{name}.txt").write_text(text)
+        with contextlib.suppress(Exception):
+            (self.logdir / "events.txt").write_text(self.kubectl("get", "events", "--sort-by=.lastTimestamp",
+                                                                 check=False).stdout)
+
+    def secret(self, key: str) -> str:
+        data = json.loads(self.kubectl("get", "secret", f"{self.ns}-secrets", "-o", "json").stdout)["data"]
+        return base64.b64decode(data[key]).decode()
+
+    def config(self, key: str) -> str:
+        return json.loads(self.kubectl("get", "configmap", f"{self.ns}-config", "-o", "json").stdout)["data"][key]
+
+
+def fill_data_claim(k: Cluster, claim: str, tag: str) -> str:
+    """The env servers' data sets into a claim of ours, from a helper pod that mounts it (docs/deployment.md)."""
+    manifest = {
+        "apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{claim}-loader"},
+             "spec": {"securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+                      "containers": [{"name": "loader", "image": f"{IMAGE_REPO}-envs:{tag}",
+                                      "imagePullPolicy": "Never", "command": ["sleep", "3600"],
+                                      "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}]}
+    path = k.logdir / "data-claim.json"
+    path.write_text(json.dumps(manifest))
+    k.kubectl("apply", "-f", str(path))
+    k.kubectl("wait", "--for=condition=Ready", f"pod/{claim}-loader", "--timeout=300s", timeout=330)
+    copied = []
+    for name in ("alfworld", "webshop"):
+        if (DATA_DIR / name).is_dir():
+            k.kubectl("cp", str(DATA_DIR / name), f"{claim}-loader:/data/{name}", timeout=1200)
+            copied.append(name)
+    du = k.kubectl("exec", f"{claim}-loader", "--", "du", "-sh", "/data", check=False).stdout.split()
+    k.kubectl("delete", "pod", f"{claim}-loader", "--wait=false")
+    return f"{'+'.join(copied)} ({du[0] if du else '?'}) into PVC {claim}"
+
+
+def helm_test(k: Cluster, release: str) -> str:
+    proc = k.helm("test", release, "--logs", "--timeout", "20m", timeout=1500, check=False)
+    checks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"check"')]
+    if proc.returncode != 0:
+        with contextlib.suppress(Exception):
+            k.dump([f"{release}-test-stack"])
+        raise CheckFailed(f"helm test exited {proc.returncode}: {proc.stdout[-1500:]} {proc.stderr[-1500:]}")
+    step = next((c for c in checks if c["check"].startswith("executor")), None)
+    played = (f"; executor step on {step['task']} in {step['seconds']}s, action {step['action']!r}"
+              if step else "")
+    return f"{sum(c['ok'] for c in checks)}/{len(checks)} checks passed{played}"
+
+
+def main() -> int:
+    ns = os.environ.get("SKILLOS_K8S_NAMESPACE", "skillos-check")
+    if ns == "skillos":
+        raise CheckFailed("SKILLOS_K8S_NAMESPACE=skillos would uninstall the real release")
+    logdir = Path(os.environ.get("SKILLOS_CHECK_LOG_DIR") or pyindex.default_dir().parent / "k8s-check") \
+        / time.strftime("%Y%m%d-%H%M%S")
+    logdir.mkdir(parents=True, exist_ok=True)
+    report = Report()
+    tag = re.search(r'^appVersion: "?([^"\s]+)', (CHART / "Chart.yaml").read_text(), re.MULTILINE).group(1)
+    report.facts["started"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    report.facts["machine"] = f"{os.cpu_count()} cores, logs {logdir}"
+    t_start = time.monotonic()
+    k = None
+    installed = False
+    release = ns
+    base = ["-f", str(CHART / "values-cpu.yaml"), "--set", f"image.repository={IMAGE_REPO}",
+            "--set", "image.pullPolicy=Never", "--set", f"data.existingClaim={ns}-data"]
+    values_file = logdir / "values-check.yaml"
+    try:
+        env = local_cluster(report)
+        docker = build_images(report, logdir, tag)
+        with report.step("images: the bundled databases' users (podSecurityContext)") as s:
+            db_values = database_values(docker, logdir)
+            values_file.write_text(json.dumps(db_values))
+            s.detail = json.dumps(db_values)[:300] or "official images: nothing to set"
+        base += ["-f", str(values_file)]
+        k = Cluster(env, ns, logdir)
+        report.facts["cluster"] = " ".join(sh([k.kubectl_bin, "version", "--short"], env=env, check=False)
+                                           .stdout.split())
+        report.facts["helm"] = sh([k.helm_bin, "version", "--short"]).stdout.strip()
+        sh([k.kubectl_bin, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=600s"],
+           env=env, timeout=660)
+        sh([k.kubectl_bin, "create", "namespace", ns], env=env)
+
+        with report.step("data: fill a claim with the data sets from a helper pod (kubectl cp)") as s:
+            s.detail = fill_data_claim(k, f"{ns}-data", tag)
+        with report.step("helm install (values-cpu.yaml, bundled PostgreSQL and Redis)") as s:
+            k.helm("install", release, str(CHART), *base, timeout=600)
+            installed = True
+            requested = k.kubectl("describe", "node", check=False).stdout
+            m = re.search(r"Allocated resources:.*?cpu\s+(\S+ \(\d+%\))", requested, re.DOTALL)
+            s.detail = f"node CPU requested: {m.group(1) if m else '?'}"
+        with report.step("every pod Ready") as s:
+            s.detail = k.wait_ready(float(os.environ.get("SKILLOS_K8S_READY_TIMEOUT_S", "1500")))
+        token = k.secret("SKILLOS_API_TOKEN")
+        with report.step("helm test (skill through the Service, search, one ALFWorld executor step)") as s:
+            s.detail = helm_test(k, release)
+        with report.step("helm upgrade 1: SKILLOS_LOG_LEVEL=DEBUG (pods roll, token kept)") as s:
+            k.helm("upgrade", release, str(CHART), *base, "--set", "config.SKILLOS_LOG_LEVEL=DEBUG",
+                   "--wait", "--timeout", "25m")
+            if k.config("SKILLOS_LOG_LEVEL") != "DEBUG" or k.secret("SKILLOS_API_TOKEN") != token:
+                raise CheckFailed("the upgrade did not apply the setting or changed the token")
+            s.detail = k.wait_ready(600, "after the roll") + "; token unchanged"
+        with report.step("helm upgrade 2: two skill-repo and two ALFWorld replicas") as s:
+            k.helm("upgrade", release, str(CHART), *base, "--set", "config.SKILLOS_LOG_LEVEL=DEBUG",
+                   "--set", "services.skillrepo.replicas=2", "--set", "services.alfworld.replicas=2",
+                   "--wait", "--timeout", "25m")
+            s.detail = k.wait_ready(900, "with 2+2 replicas")
+            if k.secret("SKILLOS_API_TOKEN") != token:
+                raise CheckFailed("the second upgrade changed the token")
+        with report.step("helm test through the replicated Services") as s:
+            s.detail = helm_test(k, release)
+        with report.step("helm rollback to revision 1") as s:
+            k.helm("rollback", release, "1", "--wait", "--timeout", "25m")
+            level = k.config("SKILLOS_LOG_LEVEL")
+            replicas = json.loads(k.kubectl("get", "deployment", f"{ns}-skillrepo", "-o", "json").stdout)["spec"]
+            if level != "INFO" or replicas["replicas"] != 1 or k.secret("SKILLOS_API_TOKEN") != token:
+                raise CheckFailed(f"after the rollback: LOG_LEVEL={level}, skillrepo replicas={replicas['replicas']}")
+            history = k.helm("history", release, "-o", "json").stdout
+            s.detail = (k.wait_ready(900, "after the rollback") + f"; {len(json.loads(history))} revisions, "
+                        "settings and replicas of revision 1, token unchanged")
+        with report.step("GPU values validated by the API server (--dry-run=server)") as s:
+            k.helm("install", f"{release}-gpu", str(CHART), "-f", str(CHART / "values-gpu.yaml"),
+                   "--set", "serviceMonitor.enabled=false", "--dry-run=server", timeout=300)
+            s.detail = ("values-gpu.yaml accepted (vLLM with nvidia.com/gpu, node selector, tolerations, model "
+                        "cache; ServiceMonitor off: no Prometheus Operator CRDs here)")
+        with report.step("helm uninstall: what is left") as s:
+            k.helm("uninstall", release, "--wait", "--timeout", "10m", timeout=900)
+            installed = False
+            pvcs = k.kubectl("get", "pvc", "-o", "custom-columns=NAME:.metadata.name,STATUS:.status.phase",
+                             "--no-headers").stdout.split("\n")
+            secrets = k.kubectl("get", "secret", "-o", "name").stdout.split()
+            left = [line.split()[0] for line in pvcs if line.strip()]
+            s.detail = (f"claims left: {', '.join(left) or 'none'} (StatefulSet claims outlive `helm uninstall`; "
+                        f"the data claim is the check's own); Secret kept: "
+                        f"{any(x.endswith(f'{ns}-secrets') for x in secrets)} (helm.sh/resource-policy: keep)")
+            report.facts["after uninstall"] = s.detail
+    except CheckFailed:
+        pass
+    except subprocess.TimeoutExpired as e:
+        report.steps.append(Step(f"timeout: {' '.join(map(str, e.cmd[:4]))}", "FAILED", None, str(e)[:500]))
+    finally:
+        if k is not None and os.environ.get("SKILLOS_K8S_KEEP") != "1":
+            if installed:
+                k.helm("uninstall", release, check=False, timeout=600)
+            sh([k.kubectl_bin, "delete", "namespace", ns, "--ignore-not-found", "--wait=false"], env=k.env,
+               check=False)
+        if os.environ.get("SKILLOS_K8S_DOWN") == "1" and (K8S_LOCAL / "down.sh").exists():
+            sh(["bash", str(K8S_LOCAL / "down.sh")], check=False, timeout=600)
+        report.facts["total"] = f"{time.monotonic() - t_start:.0f}s"
+        text = report.markdown()
+        REPORT.write_text(text)
+        (logdir / "report.md").write_text(text)
+        print(text, flush=True)
+    ok = report.steps and all(s.status == "ok" for s in report.steps)
+    print(f"k8s-check {'OK' if ok else 'FAILED'}: report {REPORT}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
