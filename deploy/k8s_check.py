@@ -48,14 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import compose_check as cc
 import pyindex
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "skillos"
-K8S_LOCAL = Path(os.environ.get("SKILLOS_K8S_LOCAL", str(ROOT.parent / "shared" / "tools" / "k8s-local")))
+_K8S_LOCAL = os.environ.get("SKILLOS_K8S_LOCAL", str(ROOT.parent / "shared" / "tools" / "k8s-local"))
+K8S_LOCAL = Path(_K8S_LOCAL) if _K8S_LOCAL else None
 REPORT = Path(os.environ.get("SKILLOS_K8S_REPORT", str(ROOT / "deploy" / "k8s-check-report.md")))
 TARGETS = ("skillrepo", "envs", "executor", "curator", "console", "llm")
 IMAGE_REPO = os.environ.get("SKILLOS_K8S_IMAGE_REPO", "local/skillos")
 DATA_DIR = ROOT.parent / "shared" / "data"
+LOADER = ROOT / "deploy" / "k8s" / "data-loader.yaml"
 
 
 class CheckFailed(RuntimeError):
@@ -127,7 +130,7 @@ def helm_binary() -> str:
 def local_cluster(report: Report) -> dict:
     """setup.sh (once: builds Kubernetes v1.20.2, ~9 min) and up.sh; the environment that reaches it."""
     env = dict(os.environ)
-    if not str(K8S_LOCAL) or not K8S_LOCAL.exists():
+    if K8S_LOCAL is None or not K8S_LOCAL.exists():
         if not env.get("KUBECONFIG"):
             raise CheckFailed(f"no k8s-local tool at {K8S_LOCAL} and no KUBECONFIG")
         return env
@@ -306,29 +309,24 @@ class Cluster:
         return json.loads(self.kubectl("get", "configmap", f"{self.ns}-config", "-o", "json").stdout)["data"][key]
 
 
-def fill_data_claim(k: Cluster, claim: str, tag: str) -> str:
-    """The env servers' data sets into a claim of ours, from a helper pod that mounts it (docs/deployment.md)."""
-    manifest = {
-        "apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{claim}-loader"},
-             "spec": {"securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
-                      "containers": [{"name": "loader", "image": f"{IMAGE_REPO}-envs:{tag}",
-                                      "imagePullPolicy": "Never", "command": ["sleep", "3600"],
-                                      "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}]}
-    path = k.logdir / "data-claim.json"
-    path.write_text(json.dumps(manifest))
+def fill_data_claim(k: Cluster, tag: str) -> str:
+    """deploy/k8s/data-loader.yaml (a claim and a helper pod that mounts it, with our image), then
+    `kubectl cp` of the data sets into it, as docs/deployment.md has an operator do."""
+    docs = [d for d in yaml.safe_load_all(LOADER.read_text()) if d]
+    pod = next(d for d in docs if d["kind"] == "Pod")
+    pod["spec"]["containers"][0].update(image=f"{IMAGE_REPO}-envs:{tag}", imagePullPolicy="Never")
+    path = k.logdir / "data-loader.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
     k.kubectl("apply", "-f", str(path))
-    k.kubectl("wait", "--for=condition=Ready", f"pod/{claim}-loader", "--timeout=300s", timeout=330)
+    name, claim = pod["metadata"]["name"], pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    k.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=300s", timeout=330)
     copied = []
-    for name in ("alfworld", "webshop"):
-        if (DATA_DIR / name).is_dir():
-            k.kubectl("cp", str(DATA_DIR / name), f"{claim}-loader:/data/{name}", timeout=1200)
-            copied.append(name)
-    du = k.kubectl("exec", f"{claim}-loader", "--", "du", "-sh", "/data", check=False).stdout.split()
-    k.kubectl("delete", "pod", f"{claim}-loader", "--wait=false")
+    for part in ("alfworld", "webshop"):
+        if (DATA_DIR / part).is_dir():
+            k.kubectl("cp", str(DATA_DIR / part), f"{name}:/data/{part}", timeout=1200)
+            copied.append(part)
+    du = k.kubectl("exec", name, "--", "du", "-sh", "/data", check=False).stdout.split()
+    k.kubectl("delete", "pod", name, "--wait=false")
     return f"{'+'.join(copied)} ({du[0] if du else '?'}) into PVC {claim}"
 
 
@@ -361,7 +359,7 @@ def main() -> int:
     installed = False
     release = ns
     base = ["-f", str(CHART / "values-cpu.yaml"), "--set", f"image.repository={IMAGE_REPO}",
-            "--set", "image.pullPolicy=Never", "--set", f"data.existingClaim={ns}-data"]
+            "--set", "image.pullPolicy=Never", "--set", "data.existingClaim=skillos-data"]
     values_file = logdir / "values-check.yaml"
     try:
         env = local_cluster(report)
@@ -380,7 +378,7 @@ def main() -> int:
         sh([k.kubectl_bin, "create", "namespace", ns], env=env)
 
         with report.step("data: fill a claim with the data sets from a helper pod (kubectl cp)") as s:
-            s.detail = fill_data_claim(k, f"{ns}-data", tag)
+            s.detail = fill_data_claim(k, tag)
         with report.step("helm install (values-cpu.yaml, bundled PostgreSQL and Redis)") as s:
             k.helm("install", release, str(CHART), *base, timeout=600)
             installed = True
@@ -442,7 +440,7 @@ def main() -> int:
                 k.helm("uninstall", release, check=False, timeout=600)
             sh([k.kubectl_bin, "delete", "namespace", ns, "--ignore-not-found", "--wait=false"], env=k.env,
                check=False)
-        if os.environ.get("SKILLOS_K8S_DOWN") == "1" and (K8S_LOCAL / "down.sh").exists():
+        if os.environ.get("SKILLOS_K8S_DOWN") == "1" and K8S_LOCAL and (K8S_LOCAL / "down.sh").exists():
             sh(["bash", str(K8S_LOCAL / "down.sh")], check=False, timeout=600)
         report.facts["total"] = f"{time.monotonic() - t_start:.0f}s"
         text = report.markdown()
