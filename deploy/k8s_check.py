@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "skillos"
 _K8S_LOCAL = os.environ.get("SKILLOS_K8S_LOCAL", str(ROOT.parent / "shared" / "tools" / "k8s-local"))
 K8S_LOCAL = Path(_K8S_LOCAL) if _K8S_LOCAL else None
+K8S_STATE = Path(os.environ.get("K8S_LOCAL_STATE", "/var/tmp/k8s-local"))
 REPORT = Path(os.environ.get("SKILLOS_K8S_REPORT", str(ROOT / "deploy" / "k8s-check-report.md")))
 TARGETS = ("skillrepo", "envs", "executor", "curator", "console", "llm")
 IMAGE_REPO = os.environ.get("SKILLOS_K8S_IMAGE_REPO", "local/skillos")
@@ -137,8 +138,19 @@ def local_cluster(report: Report) -> dict:
     with report.step("cluster: k8s-local setup.sh (build once, cached after)") as s:
         out = sh(["bash", str(K8S_LOCAL / "setup.sh")], timeout=5400).stdout
         s.detail = out.strip().splitlines()[-1][:200] if out.strip() else ""
+    # up.sh starts dnsmasq and iptables tools from the sbin directories, which a user's PATH may lack
+    path = env["PATH"].split(":")
+    env["PATH"] = ":".join(path + [p for p in ("/usr/local/sbin", "/usr/sbin", "/sbin") if p not in path])
     with report.step("cluster: k8s-local up.sh") as s:
-        out = sh(["bash", str(K8S_LOCAL / "up.sh")], timeout=900).stdout
+        out = sh(["bash", str(K8S_LOCAL / "up.sh")], env=env, timeout=900).stdout
+        dead = cluster_dead_parts()
+        if dead:  # up.sh does not notice a part that died after it started (dnsmasq missing: no DNS, no PVs)
+            log(f"k8s-local parts not running: {', '.join(dead)}; down.sh and up.sh again")
+            sh(["bash", str(K8S_LOCAL / "down.sh")], env=env, timeout=600)
+            out = sh(["bash", str(K8S_LOCAL / "up.sh")], env=env, timeout=900).stdout
+            if dead := cluster_dead_parts():
+                raise CheckFailed(f"k8s-local parts not running after up.sh: {', '.join(dead)} "
+                                  f"(logs in {K8S_STATE / 'log'})")
         m = re.search(r"export KUBECONFIG=(\S+) PATH=(\S+?):\$PATH", out)
         if not m:
             raise CheckFailed(f"up.sh printed no export line:\n{out[-2000:]}")
@@ -146,6 +158,20 @@ def local_cluster(report: Report) -> dict:
         env["PATH"] = f"{m.group(2)}:{env['PATH']}"
         s.detail = f"KUBECONFIG={m.group(1)}"
     return env
+
+
+def cluster_dead_parts() -> list[str]:
+    """The k8s-local processes up.sh recorded that are not running (sync.sh is the volume provisioner and
+    keeps the DNS records; dnsmasq answers cluster DNS)."""
+    dead = []
+    for pidfile in sorted((K8S_STATE / "run").glob("*.pid")):
+        if pidfile.stem == "dockerd":
+            continue
+        try:
+            os.kill(int(pidfile.read_text().strip()), 0)
+        except (OSError, ValueError):
+            dead.append(pidfile.stem)
+    return dead
 
 
 # -------------------------------------------------------------------------------------------- images
