@@ -286,7 +286,9 @@ class Cluster:
         return sh([self.helm_bin, "-n", self.ns, *args], env=self.env, timeout=timeout, check=check)
 
     def pods(self) -> list[dict]:
-        return json.loads(self.kubectl("get", "pods", "-o", "json").stdout)["items"]
+        """The release's pods (the data loader and anything else in the namespace aside)."""
+        return json.loads(self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={self.ns}",
+                                       "-o", "json").stdout)["items"]
 
     def wait_ready(self, timeout: float, what: str = "") -> str:
         """Every pod of the release Ready (hook pods aside); prints each change of the pods' states."""
@@ -352,7 +354,7 @@ def fill_data_claim(k: Cluster, tag: str) -> str:
             k.kubectl("cp", str(DATA_DIR / part), f"{name}:/data/{part}", timeout=1200)
             copied.append(part)
     du = k.kubectl("exec", name, "--", "du", "-sh", "/data", check=False).stdout.split()
-    k.kubectl("delete", "pod", name, "--wait=false")
+    k.kubectl("delete", "pod", name, "--grace-period=1", timeout=120)
     return f"{'+'.join(copied)} ({du[0] if du else '?'}) into PVC {claim}"
 
 
@@ -408,11 +410,11 @@ def main() -> int:
         with report.step("helm install (values-cpu.yaml, bundled PostgreSQL and Redis)") as s:
             k.helm("install", release, str(CHART), *base, timeout=600)
             installed = True
-            requested = k.kubectl("describe", "node", check=False).stdout
-            m = re.search(r"Allocated resources:.*?cpu\s+(\S+ \(\d+%\))", requested, re.DOTALL)
-            s.detail = f"node CPU requested: {m.group(1) if m else '?'}"
         with report.step("every pod Ready") as s:
             s.detail = k.wait_ready(float(os.environ.get("SKILLOS_K8S_READY_TIMEOUT_S", "1500")))
+            requested = k.kubectl("describe", "node", check=False).stdout
+            m = re.search(r"Allocated resources:.*?cpu\s+(\S+ \(\d+%\))", requested, re.DOTALL)
+            s.detail += f"; CPU requested on the node: {m.group(1) if m else '?'}"
         token = k.secret("SKILLOS_API_TOKEN")
         with report.step("helm test (skill through the Service, search, one ALFWorld executor step)") as s:
             s.detail = helm_test(k, release)
