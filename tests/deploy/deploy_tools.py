@@ -27,7 +27,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # the versions every default render is validated against (a render without --kube-version picks the GA
 # API versions, autoscaling/v2 and policy/v1, that 1.23 and newer serve) ...
 K8S_VERSIONS = ("1.27.0", "1.33.0")
-# ... and the oldest Kubernetes a render for it is checked against: the local cluster of `make k8s-check`
+# ... and the oldest Kubernetes the chart is rendered for in the tests: the local cluster of `make k8s-check`
 # (Chart.yaml's kubeVersion allows 1.19 on; `--kube-version 1.20.2` picks v2beta2 HPAs, v1beta1 PDBs)
 K8S_OLDEST = "1.20.2"
 # SkillOS services of the compose file and the part whose settings class each one reads

@@ -111,12 +111,23 @@ def test_hpa_and_pdb_api_versions_follow_the_cluster(kube_version, hpa, pdb):
     assert found["PodDisruptionBudget"] == {pdb}
 
 
+# the oldest schemas kubernetes-validate ships offline; 1.25 still serves autoscaling/v2beta2 but no
+# longer policy/v1beta1, whose PodDisruptionBudget spec is the one of policy/v1 for the fields the chart
+# sets (selector, maxUnavailable/minAvailable). `make k8s-check` has the real 1.20 API server validate them.
+OLDEST_OFFLINE_SCHEMAS = "1.25.0"
+
+
 @pytest.mark.parametrize("values", [v for v in values_files() if v != "values-training.yaml"])
-def test_renders_for_the_oldest_cluster_are_valid_there(values):
-    """Chart.yaml's kubeVersion lets 1.20 in, and what it renders for 1.20 is valid against 1.20's
-    schemas (strict): the beta HPA and PDB versions, and no field 1.20 does not know."""
+def test_renders_for_the_oldest_cluster_are_valid(values):
+    """Chart.yaml's kubeVersion lets 1.20 in, and what it renders for 1.20 is valid (strict) against the
+    oldest schemas at hand: the beta HPA version, and no field those versions do not know."""
     objs = helm_template(values, kube_version=K8S_OLDEST)
-    assert validate_k8s(objs, versions=(K8S_OLDEST,)) == []
+    for o in objs:
+        if o["apiVersion"] == "policy/v1beta1":
+            assert o["kind"] == "PodDisruptionBudget" and set(o["spec"]) <= {"selector", "maxUnavailable",
+                                                                              "minAvailable"}
+            o["apiVersion"] = "policy/v1"
+    assert validate_k8s(objs, versions=(OLDEST_OFFLINE_SCHEMAS,)) == []
 
 
 def test_kube_version_gates():
