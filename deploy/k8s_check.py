@@ -371,6 +371,31 @@ def helm_test(k: Cluster, release: str) -> str:
     return f"{sum(c['ok'] for c in checks)}/{len(checks)} checks passed{played}"
 
 
+def dry_run_values_files(k: Cluster, release: str) -> str:
+    """Each values file as `helm install --dry-run=server`: the API server validates every object (the GPU
+    profile too: vLLM with nvidia.com/gpu requests, node selectors, tolerations, the model cache; no GPU
+    node needed). ServiceMonitors off where no Prometheus Operator CRDs are installed; the training Job
+    must be refused below 1.22 with the chart's own message."""
+    crds = k.kubectl("get", "--raw", "/apis/monitoring.coreos.com/v1", check=False).returncode == 0
+    server = json.loads(sh([k.kubectl_bin, "version", "-o", "json"], env=k.env).stdout)["serverVersion"]
+    old = (int(server["major"]), int(re.sub(r"\D", "", server["minor"]))) < (1, 22)
+    done = []
+    for values in sorted(p.name for p in CHART.glob("values*.yaml")):
+        args = ["install", f"{release}-dry", str(CHART), "-f", str(CHART / values), "--dry-run=server"]
+        if not crds:
+            args += ["--set", "serviceMonitor.enabled=false"]
+        proc = k.helm(*args, timeout=300, check=False)
+        if values == "values-training.yaml" and old:
+            if "needs Kubernetes 1.22" not in proc.stderr:
+                raise CheckFailed(f"{values} on a pre-1.22 cluster: {proc.returncode} {proc.stderr[-800:]}")
+            done.append(f"{values} refused (Indexed Job needs 1.22)")
+            continue
+        if proc.returncode != 0:
+            raise CheckFailed(f"{values}: {proc.stderr[-1500:]}")
+        done.append(values)
+    return "accepted: " + ", ".join(done) + ("" if crds else " (ServiceMonitor off: no Prometheus Operator CRDs)")
+
+
 def main() -> int:
     ns = os.environ.get("SKILLOS_K8S_NAMESPACE", "skillos-check")
     if ns == "skillos":
@@ -442,11 +467,8 @@ def main() -> int:
             history = k.helm("history", release, "-o", "json").stdout
             s.detail = (k.wait_ready(900, "after the rollback") + f"; {len(json.loads(history))} revisions, "
                         "settings and replicas of revision 1, token unchanged")
-        with report.step("GPU values validated by the API server (--dry-run=server)") as s:
-            k.helm("install", f"{release}-gpu", str(CHART), "-f", str(CHART / "values-gpu.yaml"),
-                   "--set", "serviceMonitor.enabled=false", "--dry-run=server", timeout=300)
-            s.detail = ("values-gpu.yaml accepted (vLLM with nvidia.com/gpu, node selector, tolerations, model "
-                        "cache; ServiceMonitor off: no Prometheus Operator CRDs here)")
+        with report.step("every values file validated by the API server (--dry-run=server)") as s:
+            s.detail = dry_run_values_files(k, release)
         with report.step("helm uninstall: what is left") as s:
             k.helm("uninstall", release, "--wait", "--timeout", "10m", timeout=900)
             installed = False
