@@ -294,7 +294,9 @@ class Cluster:
         """Every pod of the release Ready (hook pods aside); prints each change of the pods' states."""
         t0, last = time.monotonic(), ""
         while True:
-            pods = [p for p in self.pods() if "helm.sh/hook" not in (p["metadata"].get("annotations") or {})]
+            # hook pods (helm test) and pods on their way out (an old ReplicaSet's, draining) aside
+            pods = [p for p in self.pods() if "helm.sh/hook" not in (p["metadata"].get("annotations") or {})
+                    and not p["metadata"].get("deletionTimestamp")]
             states = {}
             for p in pods:
                 conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
