@@ -373,6 +373,36 @@ def helm_test(k: Cluster, release: str) -> str:
     return f"{sum(c['ok'] for c in checks)}/{len(checks)} checks passed{played}"
 
 
+# run inside a skill-repo pod (its token from the release's Secret, the repo on localhost): "put" writes
+# a skill into the repo k8s-check-keep, "find" searches it and fails when it is not there
+KEEP_SCRIPT = """
+import json, os, sys, urllib.error, urllib.parse, urllib.request
+base, tok = "http://127.0.0.1:8001/v1", os.environ["SKILLOS_API_TOKEN"]
+def call(method, path, body=None):
+    req = urllib.request.Request(base + path, method=method, data=json.dumps(body).encode() if body else None,
+                                 headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+if sys.argv[1] == "put":
+    print(call("POST", "/repos", {"name": "k8s-check-keep"})[0],
+          call("POST", "/repos/k8s-check-keep/skills", {"name": "outlive-the-release", "description":
+               "A skill written before helm uninstall.", "body": "It must be found after the next install."})[0])
+else:
+    code, body = call("GET", "/repos/k8s-check-keep/search?k=3&q=" + urllib.parse.quote("written before uninstall"))
+    hits = [h["name"] for h in body.get("hits", [])]
+    print(code, hits)
+    sys.exit(0 if "outlive-the-release" in hits else 1)
+"""
+
+
+def keep_skill(k: Cluster, mode: str) -> str:
+    out = k.kubectl("exec", f"deploy/{k.ns}-skillrepo", "--", "python", "-c", KEEP_SCRIPT, mode, timeout=180)
+    return out.stdout.strip()
+
+
 def dry_run_values_files(k: Cluster, release: str) -> str:
     """Each values file as `helm install --dry-run=server`: the API server validates every object (the GPU
     profile too: vLLM with nvidia.com/gpu requests, node selectors, tolerations, the model cache; no GPU
@@ -396,6 +426,18 @@ def dry_run_values_files(k: Cluster, release: str) -> str:
             raise CheckFailed(f"{values}: {proc.stderr[-1500:]}")
         done.append(values)
     return "accepted: " + ", ".join(done) + ("" if crds else " (ServiceMonitor off: no Prometheus Operator CRDs)")
+
+
+def left_after_uninstall(k: Cluster) -> str:
+    pvcs = [line.split()[0] for line in k.kubectl("get", "pvc", "--no-headers", "-o",
+                                                  "custom-columns=NAME:.metadata.name").stdout.splitlines()
+            if line.strip()]
+    secrets = k.kubectl("get", "secret", "-o", "name").stdout.split()
+    workloads = k.kubectl("get", "deploy,sts,svc,pods", "-l", f"app.kubernetes.io/instance={k.ns}", "-o",
+                          "name").stdout.split()
+    return (f"claims left: {', '.join(pvcs) or 'none'} (a StatefulSet's claims outlive it; skillos-data is "
+            f"the operator's); Secret kept: {any(x.endswith(f'{k.ns}-secrets') for x in secrets)} "
+            f"(helm.sh/resource-policy: keep); workloads, Services, pods left: {len(workloads)}")
 
 
 def main() -> int:
@@ -471,17 +513,25 @@ def main() -> int:
                         "settings and replicas of revision 1, token unchanged")
         with report.step("every values file validated by the API server (--dry-run=server)") as s:
             s.detail = dry_run_values_files(k, release)
+        with report.step("a skill written to outlive the release") as s:
+            s.detail = "POST repo, skill: " + keep_skill(k, "put")
         with report.step("helm uninstall: what is left") as s:
             k.helm("uninstall", release, "--wait", "--timeout", "10m", timeout=900)
             installed = False
-            pvcs = k.kubectl("get", "pvc", "-o", "custom-columns=NAME:.metadata.name,STATUS:.status.phase",
-                             "--no-headers").stdout.split("\n")
-            secrets = k.kubectl("get", "secret", "-o", "name").stdout.split()
-            left = [line.split()[0] for line in pvcs if line.strip()]
-            s.detail = (f"claims left: {', '.join(left) or 'none'} (StatefulSet claims outlive `helm uninstall`; "
-                        f"the data claim is the check's own); Secret kept: "
-                        f"{any(x.endswith(f'{ns}-secrets') for x in secrets)} (helm.sh/resource-policy: keep)")
+            s.detail = left_after_uninstall(k)
             report.facts["after uninstall"] = s.detail
+        with report.step("helm install again over what uninstall left (same release name)") as s:
+            k.helm("install", release, str(CHART), *base, timeout=600)
+            installed = True
+            ready = k.wait_ready(900)
+            same = k.secret("SKILLOS_API_TOKEN") == token
+            s.detail = f"{ready}; token the same: {same}; the skill found again: {keep_skill(k, 'find')}"
+            if not same:
+                raise CheckFailed("the reinstall generated another token")
+        with report.step("helm uninstall, then the namespace deleted (claims and Secret with it)") as s:
+            k.helm("uninstall", release, "--wait", "--timeout", "10m", timeout=900)
+            installed = False
+            s.detail = left_after_uninstall(k)
     except CheckFailed:
         pass
     except subprocess.TimeoutExpired as e:

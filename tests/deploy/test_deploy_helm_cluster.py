@@ -203,3 +203,16 @@ def test_helm_test_pod_goes_through_the_services():
     assert not [o for o in helm_template("values-cpu.yaml", sets=("tests.enabled=false",)) if o["kind"] == "Pod"]
     no_episode = helm_template("values-cpu.yaml", sets=("tests.episode.enabled=false",))
     assert "/v1/episodes" not in next(o for o in no_episode if o["kind"] == "Pod")["spec"]["containers"][0]["args"][0]
+
+
+def test_skill_repo_waits_for_the_bundled_postgresql():
+    """On a real cluster the skill repo exited once on every install (PostgreSQL still initialising)."""
+    dep = next(o for o in helm_template("values-cpu.yaml")
+               if o["kind"] == "Deployment" and o["metadata"]["name"] == "skillos-skillrepo")
+    init = dep["spec"]["template"]["spec"]["initContainers"][0]
+    compile(init["args"][0], "wait-for-postgresql", "exec")
+    assert '"skillos-postgresql"' in init["args"][0] and "5432" in init["args"][0]
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+    external = next(o for o in helm_template("values-external-db.yaml")
+                    if o["kind"] == "Deployment" and o["metadata"]["name"] == "skillos-skillrepo")
+    assert "initContainers" not in external["spec"]["template"]["spec"]
