@@ -433,11 +433,13 @@ def left_after_uninstall(k: Cluster) -> str:
                                                   "custom-columns=NAME:.metadata.name").stdout.splitlines()
             if line.strip()]
     secrets = k.kubectl("get", "secret", "-o", "name").stdout.split()
-    workloads = k.kubectl("get", "deploy,sts,svc,pods", "-l", f"app.kubernetes.io/instance={k.ns}", "-o",
+    workloads = k.kubectl("get", "deploy,sts,svc", "-l", f"app.kubernetes.io/instance={k.ns}", "-o",
                           "name").stdout.split()
+    pods = k.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={k.ns}", "-o", "name").stdout.split()
     return (f"claims left: {', '.join(pvcs) or 'none'} (a StatefulSet's claims outlive it; skillos-data is "
             f"the operator's); Secret kept: {any(x.endswith(f'{k.ns}-secrets') for x in secrets)} "
-            f"(helm.sh/resource-policy: keep); workloads, Services, pods left: {len(workloads)}")
+            f"(helm.sh/resource-policy: keep); Deployments, StatefulSets, Services left: {len(workloads)}; "
+            f"pods still terminating: {len(pods)}")
 
 
 def main() -> int:
@@ -528,7 +530,7 @@ def main() -> int:
             s.detail = f"{ready}; token the same: {same}; the skill found again: {keep_skill(k, 'find')}"
             if not same:
                 raise CheckFailed("the reinstall generated another token")
-        with report.step("helm uninstall, then the namespace deleted (claims and Secret with it)") as s:
+        with report.step("helm uninstall again (the check then deletes its namespace: claims, Secret)") as s:
             k.helm("uninstall", release, "--wait", "--timeout", "10m", timeout=900)
             installed = False
             s.detail = left_after_uninstall(k)
