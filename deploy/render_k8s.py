@@ -49,7 +49,8 @@ def helm() -> str:
 
 
 def render(*values_files: str) -> list[dict]:
-    args = [helm(), "template", RELEASE, str(CHART), "--namespace", "skillos"]
+    args = [helm(), "template", RELEASE, str(CHART), "--namespace", "skillos",
+            "--skip-tests"]  # the `helm test` pod is a Helm hook: nothing to apply without Helm
     for f in values_files:
         args += ["-f", str(CHART / f)]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout

@@ -24,8 +24,12 @@ COMPOSE = ROOT / "docker-compose.yml"
 ENV_FILE = ROOT / "deploy" / "skillos.env"
 GPU_ENV = ROOT / "deploy" / "gpu.env"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one
+# the versions every default render is validated against (a render without --kube-version picks the GA
+# API versions, autoscaling/v2 and policy/v1, that 1.23 and newer serve) ...
 K8S_VERSIONS = ("1.27.0", "1.33.0")
+# ... and the oldest Kubernetes the chart is rendered for in the tests: the local cluster of `make k8s-check`
+# (Chart.yaml's kubeVersion allows 1.19 on; `--kube-version 1.20.2` picks v2beta2 HPAs, v1beta1 PDBs)
+K8S_OLDEST = "1.20.2"
 # SkillOS services of the compose file and the part whose settings class each one reads
 SKILLOS_SERVICES = {"skillrepo": "skillrepo", "alfworld": "envs", "webshop": "envs", "reasoning": "envs",
                     "executor": "executor", "curator": "curator", "llm": "llm", "trainer": "trainer",
@@ -69,8 +73,11 @@ def run(*args: str, check: bool = True, cwd: Path = ROOT) -> subprocess.Complete
 
 
 # ---------------------------------------------------------------------------------------------- helm
-def helm_template(*values: str, sets: tuple[str, ...] = (), release: str = "skillos") -> list[dict]:
-    args = [tool("helm"), "template", release, str(CHART), "--namespace", "skillos"]
+def helm_template(*values: str, sets: tuple[str, ...] = (), release: str = "skillos", chart: Path = CHART,
+                  kube_version: str | None = None) -> list[dict]:
+    args = [tool("helm"), "template", release, str(chart), "--namespace", "skillos"]
+    if kube_version:
+        args += ["--kube-version", kube_version]
     for v in values:
         args += ["-f", str(CHART / v)]
     for s in sets:
@@ -83,7 +90,7 @@ def values_files() -> list[str]:
 
 
 # --------------------------------------------------------------------------------- kubernetes schemas
-def validate_k8s(objs: list[dict]) -> list[str]:
+def validate_k8s(objs: list[dict], versions: tuple[str, ...] = K8S_VERSIONS) -> list[str]:
     """Validate every object against the Kubernetes OpenAPI schemas shipped in kubernetes-validate
     (strict: unknown fields are errors), for each version in K8S_VERSIONS; every error is reported.
     Custom resources (ServiceMonitor) are checked against tests/deploy/schemas/."""
@@ -92,7 +99,7 @@ def validate_k8s(objs: list[dict]) -> list[str]:
     errors = []
     for obj in objs:
         where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
-        for version in K8S_VERSIONS:
+        for version in versions:
             validator = _k8s_validator(version, obj["kind"], obj["apiVersion"])
             if validator is None:
                 schema = crd_schema(obj)

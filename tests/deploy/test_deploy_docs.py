@@ -46,6 +46,12 @@ def check_helm(argv: list[str]) -> None:
         if verb == "template":
             assert validate_k8s([d for d in yaml.safe_load_all(out) if d]) == []
         return
+    if verb in ("test", "history", "rollback", "uninstall"):
+        # they talk to a release: the release and namespace are the guide's, rollback names a revision
+        assert argv[2] == "skillos" and argv[argv.index("--namespace") + 1] == "skillos", argv
+        if verb == "rollback":
+            assert argv[3].isdigit(), argv
+        return
     assert verb == "upgrade" and "--install" in argv, f"unexpected helm command {argv}"
     rest, keep, i = argv[2:], [], 0
     while i < len(rest):
@@ -70,6 +76,27 @@ def check_kubectl(argv: list[str]) -> None:
         run(tool("kubectl"), "kustomize", *args[1:])
     elif args[0] == "apply" and args[1] == "-k":
         run(tool("kubectl"), "kustomize", args[2])
+    elif args[0] == "apply" and args[1] == "-f":
+        objs = [d for d in yaml.safe_load_all((ROOT / args[2]).read_text()) if d]
+        assert validate_k8s(objs) == []
+    elif args[0] in ("wait", "cp", "delete", "create"):
+        # the helper pod of deploy/k8s/data-loader.yaml, the chart's labels, the namespace
+        loader = {f"{d['kind'].lower()}/{d['metadata']['name']}"
+                  for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "data-loader.yaml").read_text()) if d}
+        if args[0] == "cp":
+            assert f"pod/{args[2].split(':')[0]}" in loader and args[1].startswith("../shared/data/"), argv
+        elif args[0] == "wait":
+            target = next(a for a in args[1:] if not a.startswith("-") and a != "pod")
+            assert target in loader or "-l" in args, argv
+            if "-l" in args:
+                for sel in args[args.index("-l") + 1].split(","):
+                    key, _, value = sel.replace("!=", "=").partition("=")
+                    assert any((o["metadata"].get("labels") or {}).get(key) == value
+                               for o in helm_template("values-cpu.yaml")), f"no object labelled {sel}"
+        elif args[0] == "delete" and args[1] == "pod":
+            assert f"pod/{args[2]}" in loader, argv
+        else:
+            assert args[1:] == ["namespace", "skillos"], argv
     elif args[0] in ("get", "logs", "rollout"):
         refs = [a for a in args if re.fullmatch(r"[a-z]+/[a-z0-9-]+", a)]
         if args[0] == "get" and len(args) > 2 and not args[2].startswith("-"):
@@ -143,6 +170,9 @@ def test_guide_command(command):
         var, value = argv.pop(0).split("=", 1)
         if var == "DOCKER_BUILDKIT":
             assert value == "1" and argv[:2] == ["docker", "build"], "DOCKER_BUILDKIT=1 goes with docker build"
+            continue
+        if var.startswith("SKILLOS_K8S_"):
+            assert var in (ROOT / "deploy" / "k8s_check.py").read_text(), f"{var} is not read by k8s-check"
             continue
         if var.startswith("SKILLOS_CHECK_") or var == "SKILLOS_COMPOSE":
             assert var in (ROOT / "deploy" / "compose_check.py").read_text(), f"{var} is not read by compose-check"

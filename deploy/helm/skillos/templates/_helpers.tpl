@@ -123,14 +123,58 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* a value from an existing Secret, else the given one, else random: keeps generated secrets stable */}}
-{{- define "skillos.secretValue" -}}
+{{/* the data of the Secret this release keeps (base64-decoded, as YAML), read from the cluster with
+     `lookup`; empty under `helm template` and on the first install */}}
+{{- define "skillos.keptSecretData" -}}
 {{- $existing := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
+{{- $out := dict -}}
+{{- if and $existing $existing.data -}}
+{{- range $k, $v := $existing.data }}{{ $_ := set $out $k (b64dec $v) }}{{ end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* one secret value: the given one, else (for generated keys only) the one kept in the release's
+     Secret, else a new random one. Keys the chart computes (SKILLOS_DATABASE_URL, SKILLOS_REDIS_URL,
+     SKILLOS_AUTH_TOKENS) are never read back: a computed value read back would pass for a user-given
+     one on the next upgrade. (dict "value" v "kept" keptData "key" k "generate" bool) */}}
+{{- define "skillos.secretValue" -}}
 {{- if .value -}}
 {{- .value -}}
-{{- else if and $existing (hasKey $existing.data .key) -}}
-{{- index $existing.data .key | b64dec -}}
+{{- else if and .generate (hasKey .kept .key) (index .kept .key) -}}
+{{- index .kept .key -}}
 {{- else if .generate -}}
 {{- randAlphaNum 40 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* API versions picked from what the cluster serves (`.Capabilities.APIVersions`, from the API server's
+     discovery on install/upgrade) and its version (`--kube-version` for `helm template`): the GA
+     versions where they exist, else the beta ones that Kubernetes 1.19-1.22 serve. */}}
+{{- define "skillos.hpa.apiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "autoscaling/v2") (semverCompare ">=1.23-0" .Capabilities.KubeVersion.Version) -}}
+autoscaling/v2
+{{- else -}}
+autoscaling/v2beta2
+{{- end -}}
+{{- end -}}
+
+{{- define "skillos.pdb.apiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}
+policy/v1
+{{- else -}}
+policy/v1beta1
+{{- end -}}
+{{- end -}}
+
+{{/* storageClassName of a claim: its own setting, else global.storageClass; "-" renders "" (no
+     dynamic provisioning, bind a pre-created PV); nothing at all leaves the cluster's default class.
+     (dict "root" $ "class" "<the claim's own setting>") */}}
+{{- define "skillos.storageClass" -}}
+{{- $class := default (.root.Values.global).storageClass .class -}}
+{{- if eq $class "-" -}}
+storageClassName: ""
+{{- else if $class -}}
+storageClassName: {{ $class | quote }}
 {{- end -}}
 {{- end -}}
