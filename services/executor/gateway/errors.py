@@ -67,6 +67,8 @@ def translate(status: int, body: bytes) -> tuple[int, bytes]:
         param = details.get("param")
     elif isinstance(details, list) and details and isinstance(details[0], dict):
         param = details[0].get("field")  # request validation: the first field at fault
+        if isinstance(param, str) and param.isdigit():
+            param = None  # a JSON syntax error: the position, not a field
     if status == 422:
         status = 400
     return status, json.dumps(openai_error(status, code, message, param)).encode()

@@ -131,7 +131,7 @@ class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str]):
         self.store, self.default_repo, self.k = store, default_repo, k
-        self.backend_url, self.backend_model = llm.chat_url, llm.model
+        self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
         headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
         self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(llm.timeout_s, connect=10.0),
