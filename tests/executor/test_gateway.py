@@ -43,7 +43,7 @@ def skillrepo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def curator(embedded_llm, skillrepo, tmp_path_factory):
     env = {"SKILLOS_CURATOR_LLM_BASE_URL": embedded_llm, "SKILLOS_SKILLREPO_URL": skillrepo.url,
-           "SKILLOS_CURATOR_LLM_TIMEOUT_S": "600", "SKILLOS_CURATOR_MAX_TOKENS": "160"}
+           "SKILLOS_CURATOR_LLM_TIMEOUT_S": "600"}
     with run_service(["curator"], env=env, tmp_path=tmp_path_factory.mktemp("curator")) as svc:
         yield svc
 
@@ -229,33 +229,48 @@ def _wait_for(gateway, tid, statuses, timeout=600) -> dict:
         time.sleep(1)
 
 
-def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(client, gateway, skillrepo, model):
+def _played_and_closed(client, gateway, model, repo: str) -> str:
     raw = client.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}],
-        extra_headers={"X-SkillOS-Repo": "gw-learned"}, **SMALL)  # a repo that does not exist yet: created
+        extra_headers={"X-SkillOS-Repo": repo}, **SMALL)
     tid = raw.headers["X-SkillOS-Trajectory"]
-    assert raw.headers["X-SkillOS-Skills"] == ""
     r = httpx.post(f"{gateway.url}/v1/trajectories/{tid}/outcome", timeout=30,
                    json={"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"})
     assert r.status_code == 202 and r.json()["status"] == "closed", r.text
+    return tid
+
+
+def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(client, gateway, skillrepo, model):
+    repo = f"gw-learned-{time.monotonic_ns()}"  # a repo that does not exist yet: the first call creates it
+    tid = _played_and_closed(client, gateway, model, repo)
+    assert trajectory(gateway, tid)["skills"] == []
     again = httpx.post(f"{gateway.url}/v1/trajectories/{tid}/outcome", json={"success": False}, timeout=30)
     assert again.status_code == 409 and openai_error_of(again)["code"] == "trajectory_not_open"
     with pytest.raises(openai.ConflictError):  # a closed trajectory takes no more calls
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "more"}],
                                        extra_headers={"X-SkillOS-Trajectory": tid}, **SMALL)
 
-    t = _wait_for(gateway, tid, ("curated", "failed"))
-    assert t["status"] in ("curated", "failed"), t
-    assert t["outcome"] == {"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"}
-    if t["status"] == "failed":
-        pytest.fail(f"curation failed: {t['curation']}")
-    assert t["curation"]["calls"], t  # the curator answered with at least one call (grammar-constrained)
-    with SkillRepoClient(skillrepo.url) as repo:
-        log = repo.op_log("gw-learned").entries
-    mine = [e for e in log if (e.origin or {}).get("trajectory") == tid]
-    assert len(mine) == 1, log
-    assert mine[0].origin["source"] == "gateway" and mine[0].idempotency_key == f"gateway:{tid}"
-    assert mine[0].origin["curator_call"] == t["curation"]["call_id"]
+    # SmolLM2 (the curator here) writes a valid op most of the time, not always: a few trajectories at most
+    for attempt in range(4):
+        if attempt:
+            tid = _played_and_closed(client, gateway, model, repo)
+        t = _wait_for(gateway, tid, ("curated", "failed"))
+        assert t["status"] == "curated", t
+        assert t["outcome"] == {"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"}
+        assert t["curation"]["calls"], t  # the curator answered with at least one call (grammar-constrained)
+        with SkillRepoClient(skillrepo.url) as client_of_repo:
+            log = client_of_repo.op_log(repo).entries
+        mine = [e for e in log if e.origin is not None and e.origin.trajectory == tid]
+        if not any(c["valid"] for c in t["curation"]["calls"]):
+            assert mine == []  # nothing valid: nothing sent to the repo
+            continue
+        assert len(mine) == 1, (log, json.dumps(t["curation"])[:3000])
+        assert mine[0].origin.source == "gateway" and mine[0].idempotency_key == f"gateway:{tid}"
+        assert mine[0].origin.curator_call == t["curation"]["call_id"]
+        assert mine[0].applied == t["curation"]["applied"]
+        break
+    else:
+        pytest.fail(f"no valid op in {attempt + 1} curations: {json.dumps(t['curation'])[:2000]}")
 
 
 def test_trajectories_survive_a_restart_and_expire_after_the_ttl(embedded_llm, gateway_db, skillrepo, curator, model,
