@@ -338,5 +338,5 @@ def test_the_openai_sdk_example_agent_plays_alfworld_through_the_gateway(gateway
         sys.path.remove(str(ROOT / "examples"))
     t = trajectory(gateway, result["trajectory"])
     assert t["task"] == result["task"] and 1 <= t["calls"] <= 3
-    assert t["status"] in ("closed", "curated", "failed") and t["outcome"]["success"] is result["won"]
+    assert t["status"] in ("closed", "curating", "curated") and t["outcome"]["success"] is result["won"]
     assert Path(ROOT / "examples" / "openai_agent.py").read_text().count("\n") < 60
