@@ -285,7 +285,7 @@ def test_trajectories_survive_a_restart_and_expire_after_the_ttl(embedded_llm, g
         tid = raw.headers["X-SkillOS-Trajectory"]
         first.kill()  # SIGKILL: nothing flushed on the way out
     with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path / "b",
-                    gateway_trajectory_ttl_s=30, gateway_sweep_interval_s=0.5) as second:
+                    gateway_trajectory_ttl_s=60, gateway_sweep_interval_s=0.5) as second:
         t = trajectory(second, tid)
         assert t["status"] == "open" and t["calls"] == 1 and "heat-object" in t["skills"]
         c = openai.OpenAI(base_url=f"{second.url}/v1", api_key="unused", max_retries=0, timeout=600)
@@ -294,7 +294,7 @@ def test_trajectories_survive_a_restart_and_expire_after_the_ttl(embedded_llm, g
                                                          {"role": "user", "content": "go on"}],
                                   extra_headers={"X-SkillOS-Trajectory": tid}, **SMALL)
         assert trajectory(second, tid)["calls"] == 2
-        t = _wait_for(second, tid, ("expired",), timeout=120)
+        t = _wait_for(second, tid, ("expired",), timeout=180)
         assert t["status"] == "expired" and "curation" not in t  # never curated
         r = httpx.post(f"{second.url}/v1/trajectories/{tid}/outcome", json={"success": True}, timeout=30)
         assert r.status_code == 409
