@@ -90,8 +90,9 @@ def test_what_each_service_may_reach():
     assert not fields(SERVICE_SETTINGS["skillrepo"][0]) & (urls | {"api_token"})
     assert not fields(SERVICE_SETTINGS["envs"][0]) & (urls | {"api_token"})
     assert fields(SERVICE_SETTINGS["console"][0]) & (urls | {"api_token"}) == {"skillrepo_url"}
+    # the executor's skill gateway hands its agents' trajectories to the curator
     assert fields(SERVICE_SETTINGS["executor"][0]) & urls == {"skillrepo_url", "alfworld_url", "webshop_url",
-                                                               "reasoning_url"}
+                                                               "reasoning_url", "curator_url"}
     assert fields(SERVICE_SETTINGS["curator"][0]) & urls == {"skillrepo_url"}
 
 

@@ -8,6 +8,7 @@ import httpx
 from fastapi import FastAPI
 
 from services.executor.api_router import router
+from services.executor.gateway import Gateway, add_routes
 from services.executor.serving import Executor
 from services.executor.settings import ExecutorSettings
 from skillos.llm import LLMSettings
@@ -19,7 +20,12 @@ skill repo, single decisions for agents in production, and self-judged correctne
 Action parsing: the action is read from the last `<action>...</action>`; an exact (case-insensitive)
 admissible action is sent as is; otherwise the closest admissible action by fuzzy matching (score >= 85)
 replaces it; otherwise the text is sent as written and the turn is marked invalid (the environment
-answers "Nothing happens.")."""
+answers "Nothing happens.").
+
+The skill gateway: `/v1/chat/completions` and `/v1/models` in OpenAI's wire format (the official `openai`
+client works with only its `base_url` changed) with the top-k skills of the conversation's task injected,
+every call recorded in a trajectory (`X-SkillOS-Trajectory`), and `/v1/trajectories/{id}/outcome` to hand a
+finished trajectory to the curator. Their errors are OpenAI's error object."""
 
 
 def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSettings | None = None) -> FastAPI:
@@ -29,9 +35,13 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.executor = Executor(settings, llm_settings)
+        gateway = Gateway(settings, llm_settings)
+        gateway.attach(app)
+        gateway.start()
         try:
             yield
         finally:
+            await gateway.aclose()
             await app.state.executor.aclose()
 
     async def llm_backend() -> None:
@@ -39,6 +49,8 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
         async with httpx.AsyncClient(timeout=5) as c:
             (await c.get(llm_settings.base_url.rstrip("/") + "/models", headers=headers)).raise_for_status()
 
-    app = create_app("executor", description=DESCRIPTION, readiness=[llm_backend], lifespan=lifespan)
+    app = create_app("executor", description=DESCRIPTION, readiness=[llm_backend], lifespan=lifespan,
+                     max_request_bytes=settings.max_request_bytes)
     app.include_router(router)
+    add_routes(app)
     return app

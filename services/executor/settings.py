@@ -10,7 +10,33 @@ from skillos.settings import ActingSettings
 
 class ExecutorSettings(ActingSettings):
     """The executor calls the skill repo (retrieval) and the env servers (episodes); how it plays and
-    decides is `ActingSettings` (shared with the trainer's agent-policy mode)."""
+    decides is `ActingSettings` (shared with the trainer's agent-policy mode). The ``gateway_*`` fields
+    are the OpenAI-compatible skill gateway's (`services/executor/gateway/`)."""
 
     # episodes run at the same time in this process; more wait (the LLM backend is the bottleneck)
     executor_max_concurrent_episodes: int = Field(8, ge=1)
+    # one HTTP request's body (bigger: 413 before it is read)
+    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+    # --- the skill gateway (/v1/chat/completions, /v1/models, /v1/trajectories) ---
+    # where closed trajectories go to be curated
+    curator_url: str = "http://127.0.0.1:8003"
+    # trajectories and their calls: a `postgresql+psycopg://user@host/db` URL in production (compose and the
+    # Helm chart use the skill repo's database: the tables are gateway_*); empty: the SQLite file
+    # ./skillos-gateway.db, made on the gateway's first use
+    gateway_database_url: str = ""
+    # the repo of a call without an X-SkillOS-Repo header (created on first use when missing)
+    gateway_default_repo: str = "default"
+    # skills injected into a trajectory's conversation (top k for its task)
+    gateway_k: int = Field(3, ge=0, le=50)
+    # model names clients may ask for, comma-separated; empty: the executor LLM's model name
+    gateway_models: str = ""
+    # what one trajectory keeps: calls beyond either bound are still answered, not recorded
+    gateway_max_calls: int = Field(256, ge=1)
+    gateway_max_trajectory_bytes: int = Field(2 * 1024 * 1024, ge=1024)
+    # an open trajectory with no call for this long expires without curation
+    gateway_trajectory_ttl_s: float = Field(3600.0, gt=0)
+    gateway_sweep_interval_s: float = Field(30.0, gt=0)
+    # the curator's time for one trajectory, and the tries when it is unreachable
+    gateway_curator_timeout_s: float = Field(600.0, gt=0)
+    gateway_curator_retries: int = Field(3, ge=0)

@@ -101,6 +101,8 @@ class OpOrigin(_Model):
     position: int | None = Field(None, description="the task's position in the stream")
     task_id: str | None = Field(None, max_length=500)
     curator_call: str | None = Field(None, max_length=200, description="the curator call's id")
+    trajectory: str | None = Field(None, max_length=64,
+                                   description="the skill gateway's trajectory the ops were curated from")
     step: int | None = Field(None, description="training step")
     rollout: int | None = None
 

@@ -1,0 +1,49 @@
+"""An agent on the official openai SDK playing one ALFWorld task through the SkillOS gateway: the only
+SkillOS-specific lines are the base URL, the trajectory header and the outcome report at the end.
+
+    python examples/openai_agent.py [--index N] [--turns T]
+    # SKILLOS_GATEWAY_URL (http://127.0.0.1:8002/v1), SKILLOS_ALFWORLD_URL (http://127.0.0.1:8010), SKILLOS_MODEL
+"""
+
+import argparse
+import difflib
+import os
+
+import httpx
+from openai import OpenAI
+
+GATEWAY = os.environ.get("SKILLOS_GATEWAY_URL", "http://127.0.0.1:8002/v1")
+ENV = os.environ.get("SKILLOS_ALFWORLD_URL", "http://127.0.0.1:8010")
+MODEL = os.environ.get("SKILLOS_MODEL", "qwen2.5-coder-1.5b-instruct")
+
+
+def play(index: int = 0, turns: int = 10) -> dict:
+    llm, env = OpenAI(base_url=GATEWAY, api_key="none"), httpx.Client(base_url=ENV, timeout=300)
+    game = env.post("/v1/sessions", json={"split": "valid_seen", "index": index}).json()
+    obs, actions, won = game["observation"], game["admissible_actions"], False
+    messages = [{"role": "system", "content": "You are a household robot. Reply with one action of the list only."}]
+    headers = {"X-SkillOS-Task": game["task"]["instruction"]}  # what the gateway finds skills for
+    for _ in range(turns):
+        messages.append({"role": "user", "content": f"{obs}\nActions: {', '.join(actions)}"})
+        raw = llm.chat.completions.with_raw_response.create(model=MODEL, messages=messages, max_tokens=24,
+                                                             temperature=0.3, extra_headers=headers)
+        headers = {"X-SkillOS-Trajectory": raw.headers["X-SkillOS-Trajectory"]}  # later calls: same trajectory
+        said = (raw.parse().choices[0].message.content or "").strip()
+        action = (difflib.get_close_matches(said, actions, n=1, cutoff=0) or ["look"])[0]
+        messages.append({"role": "assistant", "content": action})
+        step = env.post(f"/v1/sessions/{game['session_id']}/step", json={"action": action}).json()
+        obs, actions, won = step["observation"], step["admissible_actions"], step["won"]
+        if step["done"]:
+            break
+    env.delete(f"/v1/sessions/{game['session_id']}")
+    trajectory = headers["X-SkillOS-Trajectory"]
+    httpx.post(f"{GATEWAY}/trajectories/{trajectory}/outcome", timeout=30,
+               json={"success": won, "feedback": "won the game" if won else f"not won in {turns} turns"}).raise_for_status()
+    return {"trajectory": trajectory, "won": won, "task": game["task"]["instruction"]}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", type=int, default=0)
+    ap.add_argument("--turns", type=int, default=10)
+    print(play(**vars(ap.parse_args())))

@@ -1,0 +1,56 @@
+"""The OpenAI-compatible skill gateway of the executor (laid out like vLLM's OpenAI server: a folder per
+resource with its routes, wire schemas and work): ``chat/`` (`/v1/chat/completions`), ``models/``
+(`/v1/models`), ``trajectories/`` (outcomes, curation, expiry, the store). `Gateway` builds and owns them."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from services.executor.gateway.chat.api_router import router as chat_router
+from services.executor.gateway.chat.serving import ChatGateway
+from services.executor.gateway.errors import OpenAIErrors
+from services.executor.gateway.models.api_router import router as models_router
+from services.executor.gateway.models.serving import ServedModels
+from services.executor.gateway.trajectories.api_router import router as trajectories_router
+from services.executor.gateway.trajectories.serving import Trajectories
+from services.executor.gateway.trajectories.store import TrajectoryStore
+from services.executor.settings import ExecutorSettings
+from skillos.llm import LLMSettings
+
+ROUTERS = (chat_router, models_router, trajectories_router)
+EMBEDDED_DATABASE = "sqlite:///./skillos-gateway.db"
+
+
+def add_routes(app: FastAPI) -> None:
+    """The gateway's routes, their errors in OpenAI's shape."""
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(OpenAIErrors)
+
+
+class Gateway:
+    """The gateway's parts of one process; `start` in the app's lifespan, `aclose` at its end."""
+
+    def __init__(self, settings: ExecutorSettings, llm: LLMSettings):
+        self.store = TrajectoryStore(settings.gateway_database_url or EMBEDDED_DATABASE, settings.gateway_max_calls,
+                                     settings.gateway_max_trajectory_bytes)
+        names = [m.strip() for m in settings.gateway_models.split(",") if m.strip()] or [llm.model]
+        self.models = ServedModels(names)
+        token = settings.api_token or None
+        self.chat = ChatGateway(llm=llm, store=self.store, skillrepo_url=settings.skillrepo_url, token=token,
+                                default_repo=settings.gateway_default_repo, k=settings.gateway_k, models=names)
+        self.trajectories = Trajectories(
+            self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
+            sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
+            curator_retries=settings.gateway_curator_retries)
+
+    def attach(self, app: FastAPI) -> None:
+        app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories
+
+    def start(self) -> None:
+        self.trajectories.start()
+
+    async def aclose(self) -> None:
+        await self.chat.aclose()
+        await self.trajectories.aclose()
+        self.store.close()

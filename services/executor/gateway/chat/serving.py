@@ -1,0 +1,289 @@
+"""`POST /v1/chat/completions` of the skill gateway: recall → inject → forward → record.
+
+1. The trajectory: the ``X-SkillOS-Trajectory`` header names an open one, else a new one is opened for
+   the conversation's task (the ``X-SkillOS-Task`` header, else its first user message) in the repo of
+   ``X-SkillOS-Repo`` (else the default repo, created when missing), with the top-k skills for the task.
+   A trajectory keeps its skills: every call of it sees the same ones (and a backend's prompt cache
+   keeps them).
+2. The skills go in as one system message, written as the executor writes them
+   (`skillos.acting.prompt.skills_block`), after the client's own leading system messages.
+3. The request goes to the executor's LLM backend as the client wrote it (``tools``, ``tool_calls``,
+   sampling, ``stream_options``, everything), the model name mapped to the backend's; the answer comes
+   back as the backend wrote it, streamed chunk by chunk as it arrives when ``stream`` is true.
+4. The call is recorded in the trajectory (`TrajectoryStore.record`): the messages new since its last
+   call, the answer's message, the usage.
+
+The answer names the trajectory (``X-SkillOS-Trajectory``) and the skills (``X-SkillOS-Skills``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import Counter, Histogram
+
+from services.executor.gateway.chat.protocol import (
+    REPO_HEADER,
+    SKILLS_HEADER,
+    TASK_HEADER,
+    TRAJECTORY_HEADER,
+    ChatCompletionRequest,
+    task_of,
+)
+from services.executor.gateway.errors import gateway_error, openai_error
+from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
+from skillos.acting.prompt import skills_block
+from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.llm import LLMSettings
+from skillos.logging import get_logger
+from skillos.protocol.executor import RetrievedSkill
+
+log = get_logger("gateway")
+
+CALLS = Counter("skillos_gateway_calls_total", "Gateway chat calls", ["stream", "status"])
+OVERHEAD = Histogram("skillos_gateway_overhead_seconds",
+                     "Time of a non-streaming gateway call not spent waiting on the LLM backend",
+                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
+
+MAX_QUERY_CHARS = 4000  # the skill repo's query limit is 4096
+
+
+def inject(messages: list[dict[str, Any]], skills: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with the skills as one system message after the leading system (developer) ones."""
+    if not skills:
+        return messages
+    block = skills_block([RetrievedSkill(name=s["name"], description=s.get("description", ""),
+                                         body=s.get("body", ""), version=s.get("version", 1)) for s in skills])
+    i = 0
+    while i < len(messages) and messages[i].get("role") in ("system", "developer"):
+        i += 1
+    return [*messages[:i], {"role": "system", "content": block.strip()}, *messages[i:]]
+
+
+def _backend_message(resp: httpx.Response) -> str:
+    try:
+        err = resp.json().get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err or resp.text[:500])
+    except (ValueError, AttributeError):
+        return resp.text[:500]
+
+
+class _Accumulated:
+    """The answer of a stream, put together from its chunks as they pass (choice 0)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            if event.get("usage"):
+                self.usage = event["usage"]
+            for choice in event.get("choices") or []:
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    self.content.append(delta["content"])
+                for tc in delta.get("tool_calls") or []:
+                    slot = self.tool_calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
+                                                                           "function": {"name": "", "arguments": ""}})
+                    slot["id"] = tc.get("id") or slot["id"]
+                    fn = tc.get("function") or {}
+                    slot["function"]["name"] += fn.get("name") or ""
+                    slot["function"]["arguments"] += fn.get("arguments") or ""
+                if choice.get("finish_reason"):
+                    self.finish_reason = choice["finish_reason"]
+
+    def message(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None,
+                               "finish_reason": self.finish_reason}
+        if self.tool_calls:
+            out["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return out
+
+
+class ChatGateway:
+    def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
+                 default_repo: str, k: int, models: list[str]):
+        self.store, self.default_repo, self.k = store, default_repo, k
+        self.backend_url, self.backend_model = llm.chat_url(), llm.model
+        self.models = models or [llm.model]
+        headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
+        self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(llm.timeout_s, connect=10.0),
+                                       limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
+        self._repo = AsyncSkillRepoClient(skillrepo_url, token=token, timeout=30.0)
+        self._background: set[asyncio.Task] = set()
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._http.aclose()
+        await self._repo.aclose()
+
+    # ------------------------------------------------------------------ skills and trajectories
+    async def _skills(self, repo: str, task: str) -> list[dict[str, Any]]:
+        if self.k == 0:
+            return []
+        try:
+            hits = await self._repo.search(repo, task[:MAX_QUERY_CHARS], self.k)
+        except SkillRepoError as e:
+            if e.status == 404 and e.code in ("repo_not_found", "not_found"):
+                await self._create_repo(repo)
+                return []
+            if 400 <= e.status < 500:
+                raise gateway_error(e.status if e.status in (400, 401, 403, 404, 422) else 400, e.code,
+                                    f"skill repo: {e.message}", param=REPO_HEADER) from e
+            log.warning("gateway_skills_unavailable", repo=repo, error=str(e))  # answer without skills
+            return []
+        return [{"name": h.name, "description": h.description, "body": h.body, "version": h.version} for h in hits]
+
+    async def _create_repo(self, repo: str) -> None:
+        try:
+            await self._repo.create_repo(repo)
+            log.info("gateway_repo_created", repo=repo)
+        except SkillRepoError as e:
+            if e.status != 409:  # 409: created meanwhile
+                raise gateway_error(e.status if 400 <= e.status < 500 else 502, e.code,
+                                    f"skill repo: cannot create repo {repo!r}: {e.message}", param=REPO_HEADER) from e
+
+    async def trajectory(self, headers, messages: list[dict[str, Any]], model: str) -> TrajectoryRow:
+        tid = headers.get(TRAJECTORY_HEADER)
+        if tid:
+            row = await asyncio.to_thread(self.store.get, tid)
+            if row is None:
+                raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param=TRAJECTORY_HEADER)
+            if row.status != OPEN:
+                raise gateway_error(409, "trajectory_not_open",
+                                    f"trajectory {tid!r} is {row.status}: start a new one (send no "
+                                    f"{TRAJECTORY_HEADER} header)", param=TRAJECTORY_HEADER)
+            return row
+        repo = headers.get(REPO_HEADER) or self.default_repo
+        task = (headers.get(TASK_HEADER) or "").strip() or task_of(messages)
+        if not task:
+            raise gateway_error(400, "no_task", f"the conversation has no user message and no {TASK_HEADER} "
+                                                "header: nothing to find skills for", param="messages")
+        skills = await self._skills(repo, task)
+        tid = "trj-" + uuid.uuid4().hex
+        await asyncio.to_thread(self.store.create, tid, repo, task, model, skills)
+        now = time.time()
+        return TrajectoryRow(id=tid, repo=repo, task=task, model=model, skills=skills, status=OPEN,
+                             created_at=now, updated_at=now)
+
+    def _record_later(self, row: TrajectoryRow, messages: list[dict[str, Any]], answer: dict[str, Any],
+                      usage: dict[str, Any] | None) -> None:
+        task = asyncio.create_task(self._record(row, messages, answer, usage))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _record(self, row: TrajectoryRow, messages: list[dict[str, Any]], answer: dict[str, Any],
+                      usage: dict[str, Any] | None) -> None:
+        new = messages[row.seen_messages:] if len(messages) > row.seen_messages else messages
+        try:
+            kept = await asyncio.to_thread(self.store.record, row.id, new, len(messages), answer, usage)
+        except Exception:  # the client has its answer; a lost record is logged
+            log.exception("gateway_record_failed", trajectory=row.id)
+            return
+        if not kept:
+            log.info("gateway_call_not_recorded", trajectory=row.id, reason="bounds or no longer open")
+
+    # ------------------------------------------------------------------ the call
+    def check_model(self, model: str) -> None:
+        if model not in self.models:
+            raise gateway_error(404, "model_not_found",
+                                f"the model {model!r} does not exist; this gateway serves {', '.join(self.models)}",
+                                param="model")
+
+    async def create(self, req: ChatCompletionRequest, headers) -> JSONResponse | StreamingResponse:
+        self.check_model(req.model)
+        sent = req.as_sent()
+        messages = sent["messages"]
+        row = await self.trajectory(headers, messages, req.model)
+        body = {**sent, "model": self.backend_model, "messages": inject(messages, row.skills)}
+        answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
+        if req.stream:
+            return await self._stream(body, row, messages, answer_headers)
+        start = time.perf_counter()
+        try:
+            resp = await self._http.post(self.backend_url, json=body)
+        except httpx.HTTPError as e:
+            CALLS.labels("false", "502").inc()
+            raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url}: "
+                                                        f"{type(e).__name__}: {e}") from e
+        backend_s = time.perf_counter() - start
+        if resp.status_code >= 400:
+            raise self._backend_error(resp, "false")
+        data = resp.json()
+        choice = (data.get("choices") or [{}])[0]
+        answer = {**(choice.get("message") or {}), "finish_reason": choice.get("finish_reason")}
+        await self._record(row, messages, answer, data.get("usage"))
+        CALLS.labels("false", "200").inc()
+        OVERHEAD.observe(max(0.0, time.perf_counter() - start - backend_s))
+        return JSONResponse(data, headers=answer_headers)
+
+    def _backend_error(self, resp: httpx.Response, stream: str):
+        CALLS.labels(stream, str(resp.status_code)).inc()
+        message = f"LLM backend: {_backend_message(resp)}"
+        if resp.status_code in (400, 404, 413, 422):
+            return gateway_error(400 if resp.status_code == 422 else resp.status_code, "backend_refused", message)
+        if resp.status_code == 429:
+            return gateway_error(429, "too_many_requests", message,
+                                 headers={"Retry-After": resp.headers.get("Retry-After", "1")})
+        return gateway_error(502, "llm_unavailable", message)
+
+    async def _stream(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
+                      answer_headers: dict[str, str]) -> StreamingResponse:
+        request = self._http.build_request("POST", self.backend_url, json=body)
+        try:
+            resp = await self._http.send(request, stream=True)
+        except httpx.HTTPError as e:
+            CALLS.labels("true", "502").inc()
+            raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url}: "
+                                                        f"{type(e).__name__}: {e}") from e
+        if resp.status_code >= 400:
+            await resp.aread()
+            await resp.aclose()
+            raise self._backend_error(resp, "true")
+        CALLS.labels("true", "200").inc()
+
+        async def events() -> AsyncIterator[bytes]:
+            acc = _Accumulated()
+            try:
+                async for chunk in resp.aiter_bytes():
+                    acc.feed(chunk)
+                    yield chunk
+            except httpx.HTTPError as e:
+                # the status line is gone: the failure is told in the stream, as vLLM does
+                error = openai_error(502, "llm_unavailable", f"LLM backend stream broke: {type(e).__name__}: {e}")
+                yield f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
+            finally:
+                await resp.aclose()
+                acc.feed(b"\n")
+                self._record_later(row, messages, acc.message(), acc.usage)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={**answer_headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

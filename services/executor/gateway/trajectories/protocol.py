@@ -1,0 +1,48 @@
+"""Wire schemas of the gateway's trajectories (`POST /v1/trajectories/{id}/outcome`, `GET /v1/trajectories/{id}`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TrajectoryStatus = Literal["open", "closed", "curating", "curated", "failed", "expired"]
+
+
+class OutcomeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(..., description="did the agent accomplish its task (the verdict the curator learns from)")
+    score: float | None = Field(None, ge=-1e9, le=1e9, description="a task score, when the agent has one")
+    feedback: str | None = Field(None, max_length=4000, description="what went well or wrong, in words")
+
+
+class OutcomeResponse(BaseModel):
+    id: str
+    status: TrajectoryStatus
+    curation: Literal["scheduled"] = "scheduled"
+
+
+class RecordedCall(BaseModel):
+    seq: int
+    created_at: float
+    messages: list[dict[str, Any]] = Field(description="the messages the client added in this call")
+    response: dict[str, Any] = Field(description="the answer's message and finish reason")
+    usage: dict[str, Any] | None = None
+
+
+class TrajectoryInfo(BaseModel):
+    id: str
+    repo: str
+    task: str
+    model: str
+    skills: list[str] = Field(description="the skills injected into the conversation")
+    status: TrajectoryStatus
+    created_at: float
+    updated_at: float
+    calls: int = Field(description="calls recorded")
+    bytes: int
+    truncated: bool = Field(description="calls past the bounds were answered and not recorded")
+    outcome: OutcomeRequest | None = None
+    curation: dict[str, Any] | None = Field(None, description="the curator's verdicts (curated) or why it failed")
+    recorded: list[RecordedCall] | None = None

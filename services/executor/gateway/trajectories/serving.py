@@ -1,0 +1,232 @@
+"""Trajectories of the skill gateway: closing one with its outcome, handing it to the curator in the
+background, expiring those that never get an outcome.
+
+The hand-over is durable: an outcome is written (state ``closed``) before the answer goes out, and a
+closed trajectory is curated by whichever process finds it (right away, at the next sweep, or after a
+restart). The curator applies its ops to the trajectory's repo with the idempotency key
+``gateway:<id>`` and ``origin.trajectory = <id>``, so the op batch in the repo's op log names the
+trajectory, and a second hand-over of the same trajectory applies nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from prometheus_client import Counter
+
+from services.executor.gateway.errors import gateway_error
+from services.executor.gateway.trajectories.protocol import (
+    OutcomeRequest,
+    OutcomeResponse,
+    RecordedCall,
+    TrajectoryInfo,
+)
+from services.executor.gateway.trajectories.store import (
+    CLOSED,
+    CURATED,
+    CURATING,
+    FAILED,
+    TrajectoryRow,
+    TrajectoryStore,
+)
+from skillos.clients.curator import AsyncCuratorClient, CuratorError
+from skillos.logging import get_logger
+from skillos.protocol.curator import CurateRequest, RetrievedSkill, Trajectory, TrajectoryTurn
+from skillos.protocol.skillrepo import OpOrigin
+
+log = get_logger("gateway")
+
+TRAJECTORIES = Counter("skillos_gateway_trajectories_total", "Gateway trajectories by what became of them",
+                       ["status"])
+
+MAX_TURNS = 500  # what the curator reads of one trajectory
+MAX_FIELD_CHARS = 20_000
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (OpenAI content parts: their text parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def _shown(message: dict[str, Any]) -> str:
+    role = message.get("role", "user")
+    text = _text(message.get("content"))
+    if role == "tool":
+        return f"[tool result{' ' + str(message['tool_call_id']) if message.get('tool_call_id') else ''}] {text}"
+    return text if role == "user" else f"[{role}] {text}"
+
+
+def _action(response: dict[str, Any]) -> tuple[str, str]:
+    """(thought, action) of an answer: a tool call is the action and the text its thought; else the text."""
+    text = _text(response.get("content"))
+    tool_calls = response.get("tool_calls") or []
+    if tool_calls:
+        calls = []
+        for tc in tool_calls:
+            fn = (tc or {}).get("function") or {}
+            calls.append(f"{fn.get('name', '?')}({fn.get('arguments', '')})")
+        return text, "; ".join(calls)
+    return "", text
+
+
+def curator_trajectory(row: TrajectoryRow) -> Trajectory:
+    """The recorded calls as the curator reads a trajectory: one turn per call, the messages the agent added
+    (the environment's observations, tool results) as the observation and the model's answer as the action;
+    the reported outcome and feedback as a last observation."""
+    turns = []
+    for call in row.recorded[:MAX_TURNS - 1]:
+        observation = "\n".join(_shown(m) for m in call["messages"] if m.get("role") != "assistant")
+        thought, action = _action(call["response"])
+        turns.append(TrajectoryTurn(observation=observation[:MAX_FIELD_CHARS], thought=thought[:MAX_FIELD_CHARS],
+                                    action=action[:MAX_FIELD_CHARS]))
+    outcome = row.outcome or {}
+    said = "succeeded" if outcome.get("success") else "failed"
+    if outcome.get("score") is not None:
+        said += f", score {outcome['score']}"
+    if outcome.get("feedback"):
+        said += f": {outcome['feedback']}"
+    turns.append(TrajectoryTurn(observation=f"The agent reported the outcome: the task {said}."))
+    return Trajectory(task=row.task[:20_000] or row.id, task_id=row.id, env="gateway", turns=turns,
+                      env_success=bool(outcome.get("success")))
+
+
+def info(row: TrajectoryRow, with_calls: bool = False) -> TrajectoryInfo:
+    return TrajectoryInfo(
+        id=row.id, repo=row.repo, task=row.task, model=row.model, skills=[s["name"] for s in row.skills],
+        status=row.status, created_at=row.created_at, updated_at=row.updated_at, calls=row.calls, bytes=row.bytes,
+        truncated=row.truncated, outcome=OutcomeRequest(**row.outcome) if row.outcome else None,
+        curation=row.curation,
+        recorded=[RecordedCall(**c) for c in row.recorded] if with_calls else None)
+
+
+class Trajectories:
+    """The outcome route's work, the background curation and the expiry sweep of one process."""
+
+    def __init__(self, store: TrajectoryStore, curator_url: str, token: str | None, *, ttl_s: float,
+                 sweep_interval_s: float, curator_timeout_s: float, curator_retries: int):
+        self.store = store
+        self.ttl_s, self.sweep_interval_s = ttl_s, sweep_interval_s
+        self.retries = curator_retries
+        # a claim older than the longest a curation can take belongs to a process that died
+        self.stale_s = curator_timeout_s * (curator_retries + 1) + 60
+        self._curator = AsyncCuratorClient(curator_url, token=token, timeout=curator_timeout_s)
+        self._running: dict[str, asyncio.Task] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._slots = asyncio.Semaphore(4)  # curations at once (the curator's LLM is the bottleneck)
+
+    async def _db(self, fn, *args):
+        return await asyncio.to_thread(fn, *args)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def aclose(self) -> None:
+        running = list(self._running)
+        tasks = [t for t in (self._sweeper, *self._running.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for tid in running:  # cancelled curations go back to closed: the next process picks them up
+            try:
+                await self._db(self.store.release, tid)
+            except Exception:  # else the claim goes stale and is taken over later
+                log.exception("gateway_release_failed", trajectory=tid)
+        await self._curator.aclose()
+
+    async def sweep(self) -> None:
+        """Expire idle open trajectories; hand closed ones nobody is curating to the curator."""
+        if not self.store.exists:
+            return
+        expired = await self._db(self.store.expire, self.ttl_s)
+        for tid in expired:
+            TRAJECTORIES.labels("expired").inc()
+            log.info("trajectory_expired", trajectory=tid)
+        for tid in await self._db(self.store.pending, self.stale_s):
+            self.schedule(tid)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # the database may be down a while; try again next time
+                log.exception("gateway_sweep_failed")
+            await asyncio.sleep(self.sweep_interval_s)
+
+    # ------------------------------------------------------------------ routes
+    async def get(self, tid: str, with_calls: bool) -> TrajectoryInfo:
+        row = await self._db(self.store.get, tid, with_calls)
+        if row is None:
+            raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param="trajectory_id")
+        return info(row, with_calls)
+
+    async def outcome(self, tid: str, body: OutcomeRequest) -> OutcomeResponse:
+        if not await self._db(self.store.close_with, tid, body.model_dump()):
+            row = await self._db(self.store.get, tid)
+            if row is None:
+                raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param="trajectory_id")
+            raise gateway_error(409, "trajectory_not_open",
+                                f"trajectory {tid!r} is {row.status}: its outcome can be reported once, while open")
+        TRAJECTORIES.labels("closed").inc()
+        self.schedule(tid)
+        return OutcomeResponse(id=tid, status=CLOSED)
+
+    # ------------------------------------------------------------------ curation
+    def schedule(self, tid: str) -> None:
+        if tid not in self._running:
+            task = asyncio.create_task(self._curate(tid))
+            self._running[tid] = task
+            task.add_done_callback(lambda _t: self._running.pop(tid, None))
+
+    async def wait_idle(self) -> None:
+        """Until no curation of this process is running (tests, shutdown)."""
+        while self._running:
+            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+
+    async def _curate(self, tid: str) -> None:
+        async with self._slots:
+            if not await self._db(self.store.claim, tid, self.stale_s):
+                return  # another process has it, or it is done
+            row = await self._db(self.store.get, tid, True)
+            if row is None or row.status != CURATING:
+                return
+            request = CurateRequest(
+                trajectory=curator_trajectory(row), self_judged_success=bool((row.outcome or {}).get("success")),
+                retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
+                                                 content=s.get("body", ""), version=s.get("version"))
+                                  for s in row.skills][:50],
+                repo=row.repo, apply=True, idempotency_key=f"gateway:{tid}",
+                origin=OpOrigin(source="gateway", trajectory=tid))
+            for attempt in range(self.retries + 1):
+                try:
+                    resp = await self._curator.curate(request)
+                    break
+                except CuratorError as e:
+                    if (e.status == 0 or e.status >= 500 or e.status == 429) and attempt < self.retries:
+                        await asyncio.sleep(min(2 ** attempt, 30))
+                        continue
+                    if e.status == 0 or e.status >= 500 or e.status == 429:
+                        # back to closed: the next sweep (or a restart) hands it over again
+                        log.warning("curation_deferred", trajectory=tid, error=str(e))
+                        await self._db(self.store.release, tid)
+                        return
+                    await self._finish(tid, FAILED, {"error": f"curator refused: {e}"})
+                    return
+            result: dict[str, Any] = {
+                "call_id": resp.call_id, "applied": resp.applied, "validity_rate": resp.validity_rate,
+                "error": resp.error, "calls": [json.loads(c.model_dump_json()) for c in resp.calls]}
+            await self._finish(tid, FAILED if resp.error else CURATED, result)
+
+    async def _finish(self, tid: str, status: str, result: dict[str, Any]) -> None:
+        await self._db(self.store.finish, tid, status, result)
+        TRAJECTORIES.labels(status).inc()
+        log.info("trajectory_curated", trajectory=tid, status=status, applied=result.get("applied"),
+                 error=result.get("error"))

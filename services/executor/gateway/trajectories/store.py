@@ -1,0 +1,256 @@
+"""Where the gateway keeps trajectories: PostgreSQL in production, a SQLite file embedded (SQLAlchemy Core).
+
+One row per trajectory (its repo, task, the skills it was given, its state, the outcome, the curation's
+result) and one row per recorded chat call. A call keeps only the messages the client added since the
+trajectory's previous call (an agent resends its whole conversation every time: storing each request
+whole would grow with the square of its length) and the answer. A trajectory keeps at most
+``max_calls`` calls and ``max_bytes`` bytes of them; calls past either bound are answered but not
+recorded, and the trajectory is marked ``truncated``.
+
+States: ``open`` (calls are recorded) → ``closed`` (an outcome came; waiting for the curator) →
+``curating`` (one process claimed it) → ``curated`` or ``failed``; ``open`` → ``expired`` (no call and no
+outcome for the TTL; never curated). Every change is one statement or one transaction, so two replicas on
+one database agree: only the process whose claim succeeded curates, and a claim left by a process that
+died is taken over once it is ``stale_s`` old.
+
+The tables are created on first use (``create_all``: the gateway's own two tables, no migrations yet).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Engine, make_url
+
+metadata = MetaData()
+_PG_CREATE_LOCK = 724_002  # pg_advisory_xact_lock key of the table creation (the skill repo's migration: 724_001)
+
+trajectories = Table(
+    "gateway_trajectories", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("repo", String(128), nullable=False),
+    Column("task", Text, nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("skills", Text, nullable=False),           # JSON: [{name, description, body, version}]
+    Column("status", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),      # unix seconds
+    Column("updated_at", Float, nullable=False),
+    Column("calls", Integer, nullable=False, default=0),
+    Column("bytes", Integer, nullable=False, default=0),
+    Column("seen_messages", Integer, nullable=False, default=0),  # the client's messages in its last call
+    Column("truncated", Boolean, nullable=False, default=False),
+    Column("outcome", Text, nullable=True),           # JSON: {success, score, feedback}
+    Column("curation", Text, nullable=True),          # JSON: the curator's verdicts, or why it failed
+    Column("claimed_at", Float, nullable=True),       # when a process began curating it
+)
+Index("ix_gateway_trajectories_status_updated", trajectories.c.status, trajectories.c.updated_at)
+
+calls = Table(
+    "gateway_calls", metadata,
+    Column("trajectory_id", String(64), ForeignKey("gateway_trajectories.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("messages", Text, nullable=False),         # JSON: the messages new in this call
+    Column("response", Text, nullable=False),         # JSON: the answer's message and finish reason
+    Column("usage", Text, nullable=True),             # JSON: the backend's usage counts
+)
+
+OPEN, CLOSED, CURATING, CURATED, FAILED, EXPIRED = "open", "closed", "curating", "curated", "failed", "expired"
+
+
+@dataclass
+class TrajectoryRow:
+    id: str
+    repo: str
+    task: str
+    model: str
+    skills: list[dict[str, Any]]
+    status: str
+    created_at: float
+    updated_at: float
+    calls: int = 0
+    bytes: int = 0
+    seen_messages: int = 0
+    truncated: bool = False
+    outcome: dict[str, Any] | None = None
+    curation: dict[str, Any] | None = None
+    recorded: list[dict[str, Any]] = field(default_factory=list)  # the calls, when asked for
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def _row(r) -> TrajectoryRow:
+    return TrajectoryRow(id=r.id, repo=r.repo, task=r.task, model=r.model, skills=json.loads(r.skills),
+                         status=r.status, created_at=r.created_at, updated_at=r.updated_at, calls=r.calls,
+                         bytes=r.bytes, seen_messages=r.seen_messages, truncated=bool(r.truncated),
+                         outcome=_loads(r.outcome), curation=_loads(r.curation))
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_connect(dbapi_conn, _record):
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    return engine
+
+
+class TrajectoryStore:
+    """Blocking calls (run them in a thread from async code)."""
+
+    def __init__(self, url: str, max_calls: int, max_bytes: int):
+        self.url, self.max_calls, self.max_bytes = url, max_calls, max_bytes
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def exists(self) -> bool:
+        """Whether there may be trajectories already (an embedded SQLite file is made on first use)."""
+        parsed = make_url(self.url)
+        if parsed.get_backend_name() != "sqlite":
+            return True
+        return bool(parsed.database) and parsed.database != ":memory:" and Path(parsed.database).exists()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    engine = make_engine(self.url)
+                    with engine.begin() as conn:
+                        if engine.dialect.name == "postgresql":  # replicas starting together: one at a time
+                            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_CREATE_LOCK})
+                        metadata.create_all(conn)
+                    self._engine = engine
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def create(self, tid: str, repo: str, task: str, model: str, skills: list[dict[str, Any]]) -> None:
+        now = time.time()
+        with self.engine.begin() as c:
+            c.execute(insert(trajectories).values(
+                id=tid, repo=repo, task=task, model=model, skills=json.dumps(skills), status=OPEN,
+                created_at=now, updated_at=now, calls=0, bytes=0, seen_messages=0, truncated=False))
+
+    def get(self, tid: str, with_calls: bool = False) -> TrajectoryRow | None:
+        with self.engine.connect() as c:
+            r = c.execute(select(trajectories).where(trajectories.c.id == tid)).first()
+            if r is None:
+                return None
+            row = _row(r)
+            if with_calls:
+                row.recorded = [
+                    {"seq": x.seq, "created_at": x.created_at, "messages": json.loads(x.messages),
+                     "response": json.loads(x.response), "usage": _loads(x.usage)}
+                    for x in c.execute(select(calls).where(calls.c.trajectory_id == tid).order_by(calls.c.seq))]
+            return row
+
+    def record(self, tid: str, messages: list[dict[str, Any]], seen: int, response: dict[str, Any],
+               usage: dict[str, Any] | None) -> bool:
+        """Record one call of an open trajectory; False when it was past a bound (or no longer open)."""
+        now = time.time()
+        m, r, u = json.dumps(messages), json.dumps(response), json.dumps(usage) if usage is not None else None
+        size = len(m) + len(r) + len(u or "")
+        t = trajectories.c
+        with self.engine.begin() as c:
+            got = c.execute(
+                update(trajectories)
+                .where(t.id == tid, t.status == OPEN, t.calls < self.max_calls, t.bytes + size <= self.max_bytes)
+                .values(calls=t.calls + 1, bytes=t.bytes + size, updated_at=now, seen_messages=seen)
+                .returning(t.calls)).first()
+            if got is None:
+                c.execute(update(trajectories).where(t.id == tid, t.status == OPEN)
+                          .values(truncated=True, updated_at=now, seen_messages=seen))
+                return False
+            c.execute(insert(calls).values(trajectory_id=tid, seq=got.calls, created_at=now, messages=m,
+                                           response=r, usage=u))
+            return True
+
+    def close_with(self, tid: str, outcome: dict[str, Any]) -> bool:
+        """open → closed with the outcome; False when the trajectory is not open."""
+        t = trajectories.c
+        with self.engine.begin() as c:
+            got = c.execute(update(trajectories).where(t.id == tid, t.status == OPEN)
+                            .values(status=CLOSED, outcome=json.dumps(outcome), updated_at=time.time())
+                            .returning(t.id)).first()
+            return got is not None
+
+    def _claimable(self, now: float, stale_s: float):
+        t = trajectories.c
+        return (t.status == CLOSED) | ((t.status == CURATING) & (t.claimed_at < now - stale_s))
+
+    def claim(self, tid: str, stale_s: float) -> bool:
+        """closed (or curating, claimed more than ``stale_s`` ago) → curating by this process."""
+        t, now = trajectories.c, time.time()
+        with self.engine.begin() as c:
+            return c.execute(update(trajectories).where(t.id == tid, self._claimable(now, stale_s))
+                             .values(status=CURATING, claimed_at=now).returning(t.id)).first() is not None
+
+    def release(self, tid: str) -> None:
+        """curating → closed: the curator could not be reached; another try later."""
+        t = trajectories.c
+        with self.engine.begin() as c:
+            c.execute(update(trajectories).where(t.id == tid, t.status == CURATING)
+                      .values(status=CLOSED, claimed_at=None))
+
+    def finish(self, tid: str, status: str, curation: dict[str, Any]) -> None:
+        t = trajectories.c
+        with self.engine.begin() as c:
+            c.execute(update(trajectories).where(t.id == tid, t.status == CURATING)
+                      .values(status=status, curation=json.dumps(curation), updated_at=time.time()))
+
+    def pending(self, stale_s: float) -> list[str]:
+        """Closed trajectories not curated yet, and stale claims (a restart picks them up again)."""
+        with self.engine.connect() as c:
+            return [r.id for r in c.execute(select(trajectories.c.id)
+                                            .where(self._claimable(time.time(), stale_s))
+                                            .order_by(trajectories.c.updated_at))]
+
+    def expire(self, ttl_s: float) -> list[str]:
+        """Open trajectories idle for ``ttl_s`` → expired; their ids."""
+        t, now = trajectories.c, time.time()
+        with self.engine.begin() as c:
+            return [r.id for r in c.execute(
+                update(trajectories).where(t.status == OPEN, t.updated_at < now - ttl_s)
+                .values(status=EXPIRED, updated_at=now).returning(t.id))]

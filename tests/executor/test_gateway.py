@@ -1,0 +1,343 @@
+"""The skill gateway end to end, with the official openai client: the executor (its trajectories in a real
+PostgreSQL database), the skill repo seeded with the example skills, the curator, the embedded
+llama-server with SmolLM2, and the ALFWorld server for the example agent; all real, on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import ROOT, SHARED_DATA, pg_database, run_service
+
+from services.executor.gateway.chat.serving import inject
+from services.executor.gateway.errors import translate
+from skillos.clients.skillrepo import SkillRepoClient
+
+pytestmark = [pytest.mark.slow, pytest.mark.llm]
+
+SMALL = {"max_tokens": 12, "temperature": 0.2}
+TASK = "heat a mug and put it in the cabinet"
+
+
+@pytest.fixture(scope="module")
+def gateway_db(pg_server_url):
+    with pg_database(pg_server_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def skillrepo(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("skillrepo")
+    with run_service(["skillrepo", "--seed", "default"], env={"SKILLOS_DATABASE_URL": f"sqlite:///{tmp}/repo.db"},
+                     tmp_path=tmp) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def curator(embedded_llm, skillrepo, tmp_path_factory):
+    env = {"SKILLOS_CURATOR_LLM_BASE_URL": embedded_llm, "SKILLOS_SKILLREPO_URL": skillrepo.url,
+           "SKILLOS_CURATOR_LLM_TIMEOUT_S": "600", "SKILLOS_CURATOR_MAX_CALLS": "1"}
+    with run_service(["curator"], env=env, tmp_path=tmp_path_factory.mktemp("curator")) as svc:
+        yield svc
+
+
+@contextmanager
+def gateway_on(llm_url, db_url, skillrepo, curator, tmp_path, **settings):
+    env = {"SKILLOS_EXECUTOR_LLM_BASE_URL": llm_url, "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "600",
+           "SKILLOS_GATEWAY_DATABASE_URL": db_url, "SKILLOS_SKILLREPO_URL": skillrepo.url,
+           "SKILLOS_CURATOR_URL": curator.url, "SKILLOS_MAX_REQUEST_BYTES": str(256 * 1024),
+           **{f"SKILLOS_{k.upper()}": str(v) for k, v in settings.items()}}
+    with run_service(["executor"], env=env, tmp_path=tmp_path) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def gateway(embedded_llm, gateway_db, skillrepo, curator, tmp_path_factory):
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path_factory.mktemp("executor")) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def trajectory(gateway, tid, calls=True) -> dict:
+    r = httpx.get(f"{gateway.url}/v1/trajectories/{tid}", params={"calls": calls}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def openai_error_of(r: httpx.Response) -> dict:
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    return err
+
+
+# ------------------------------------------------------------------ pure parts
+
+def test_skills_go_in_as_one_system_message_after_the_clients_own():
+    skills = [{"name": "heat-object", "description": "Heat something.", "body": "1. go to microwave", "version": 2}]
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    out = inject(msgs, skills)
+    assert [m["role"] for m in out] == ["system", "system", "user"]
+    assert out[1]["content"].startswith("Skills from earlier tasks") and "[1] heat-object: Heat something." in out[1]["content"]
+    assert inject(msgs, []) is msgs
+    assert [m["role"] for m in inject([{"role": "user", "content": "x"}], skills)] == ["system", "user"]
+
+
+def test_errors_of_the_project_shape_become_openai_error_objects():
+    body = json.dumps({"error": {"code": "invalid_request", "message": "bad", "details": [{"field": "messages.0.role",
+                                                                                          "problem": "x"}]}}).encode()
+    status, out = translate(422, body)
+    assert status == 400
+    assert json.loads(out) == {"error": {"message": "bad", "type": "invalid_request_error", "param": "messages.0.role",
+                                         "code": "invalid_request"}}
+
+
+# ------------------------------------------------------------------ the wire, with the openai client
+
+def test_models_list_and_unknown_model(client, gateway, model):
+    assert [m.id for m in client.models.list().data] == [model]
+    assert client.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}], **SMALL)
+    assert e.value.code == "model_not_found" and e.value.param == "model"
+
+
+def test_a_call_gets_skills_a_trajectory_and_the_backends_usage(client, gateway, model):
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}], **SMALL)
+    completion = raw.parse()
+    skills = raw.headers["X-SkillOS-Skills"].split(",")
+    tid = raw.headers["X-SkillOS-Trajectory"]
+    assert "heat-object" in skills and len(skills) == 3  # top-k of the seeded repo (k=3)
+    assert completion.object == "chat.completion" and completion.choices[0].message.role == "assistant"
+    assert completion.usage.prompt_tokens > 100  # the skills went in: far more than the one short message
+    assert completion.usage.completion_tokens >= 1
+
+    t = trajectory(gateway, tid)
+    assert t["status"] == "open" and t["repo"] == "default" and t["skills"] == skills and t["calls"] == 1
+    assert t["recorded"][0]["messages"] == [{"role": "user", "content": f"Your task is to: {TASK}."}]
+    assert t["recorded"][0]["response"]["content"] == completion.choices[0].message.content
+    assert t["recorded"][0]["usage"]["completion_tokens"] == completion.usage.completion_tokens
+
+
+def test_streaming_token_by_token_in_one_trajectory(client, gateway, model):
+    first = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "name a fruit"}],
+        extra_headers={"X-SkillOS-Task": TASK, "X-SkillOS-Repo": "default"}, **SMALL)
+    tid = first.headers["X-SkillOS-Trajectory"]
+    answer = first.parse().choices[0].message.content
+    messages = [{"role": "user", "content": "name a fruit"}, {"role": "assistant", "content": answer},
+                {"role": "user", "content": "and another one"}]
+    with client.chat.completions.with_streaming_response.create(
+            model=model, messages=messages, stream=True, stream_options={"include_usage": True},
+            extra_headers={"X-SkillOS-Trajectory": tid}, max_tokens=12, temperature=0.2) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers["X-SkillOS-Trajectory"] == tid
+        chunks = list(resp.parse())
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(deltas) >= 2, chunks  # token by token, not one block
+    usage = [c.usage for c in chunks if c.usage]
+    assert usage and usage[-1].completion_tokens >= len(deltas) - 1
+
+    t = trajectory(gateway, tid)
+    for _ in range(50):  # a stream's record is written as it ends
+        if t["calls"] == 2:
+            break
+        time.sleep(0.1)
+        t = trajectory(gateway, tid)
+    assert t["calls"] == 2 and t["task"] == TASK
+    # the second call kept only what the client added since the first
+    assert t["recorded"][1]["messages"] == messages[1:]
+    assert t["recorded"][1]["response"]["content"] == "".join(deltas)
+
+
+def test_tools_and_tool_calls_go_through_untouched(client, model):
+    tools = [{"type": "function", "function": {"name": "look", "description": "Look around.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "user", "content": "look around"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "You see a table and a mug."},
+                ]
+    completion = client.chat.completions.create(model=model, messages=messages, tools=tools, **SMALL)
+    assert completion.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+# ------------------------------------------------------------------ errors
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+    ({"model": "M", "messages": []}, "messages"),
+    ({"model": "M", "messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+    ({"model": "M", "messages": [{"role": "user"}]}, "messages.0"),
+    ({"model": "M", "messages": "hello"}, "messages"),
+])
+def test_malformed_requests_are_400_openai_errors(gateway, model, body, param):
+    if body.get("model") == "M":
+        body = {**body, "model": model}
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = openai_error_of(r)
+    assert err["type"] == "invalid_request_error" and err["param"].startswith(param)
+
+
+def test_bad_json_unknown_trajectory_oversized_body(gateway, model, client):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", content=b'{"model": ', timeout=30,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and openai_error_of(r)["type"] == "invalid_request_error"
+
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                       extra_headers={"X-SkillOS-Trajectory": "trj-nope"}, **SMALL)
+    assert e.value.code == "trajectory_not_found"
+    r = httpx.post(f"{gateway.url}/v1/trajectories/trj-nope/outcome", json={"success": True}, timeout=30)
+    assert r.status_code == 404 and openai_error_of(r)["code"] == "trajectory_not_found"
+    r = httpx.post(f"{gateway.url}/v1/trajectories/trj-nope/outcome", json={"success": "maybe"}, timeout=30)
+    assert r.status_code == 400 and openai_error_of(r)["param"] == "success"
+
+    big = {"model": model, "messages": [{"role": "user", "content": "x" * 300_000}]}
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", json=big, timeout=30)
+    assert r.status_code == 413 and openai_error_of(r)["code"] == "payload_too_large"
+    # the executor's own routes keep the project's error shape
+    r = httpx.post(f"{gateway.url}/v1/act", json={}, timeout=30)
+    assert r.status_code == 422 and "details" in r.json()["error"]
+
+
+# ------------------------------------------------------------------ outcome, curation, restart, expiry
+
+def _wait_for(gateway, tid, statuses, timeout=600) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        t = trajectory(gateway, tid, calls=False)
+        if t["status"] in statuses or time.monotonic() > deadline:
+            return t
+        time.sleep(1)
+
+
+def _played_and_closed(client, gateway, model, repo: str) -> str:
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}],
+        extra_headers={"X-SkillOS-Repo": repo}, **SMALL)
+    tid = raw.headers["X-SkillOS-Trajectory"]
+    r = httpx.post(f"{gateway.url}/v1/trajectories/{tid}/outcome", timeout=30,
+                   json={"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"})
+    assert r.status_code == 202 and r.json()["status"] == "closed", r.text
+    return tid
+
+
+@pytest.mark.timeout(1800)  # up to 3 curations by SmolLM2 on a shared 2-core machine
+def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(client, gateway, skillrepo, model):
+    repo = f"gw-learned-{time.monotonic_ns()}"  # a repo that does not exist yet: the first call creates it
+    tid = _played_and_closed(client, gateway, model, repo)
+    assert trajectory(gateway, tid)["skills"] == []
+    again = httpx.post(f"{gateway.url}/v1/trajectories/{tid}/outcome", json={"success": False}, timeout=30)
+    assert again.status_code == 409 and openai_error_of(again)["code"] == "trajectory_not_open"
+    with pytest.raises(openai.ConflictError):  # a closed trajectory takes no more calls
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "more"}],
+                                       extra_headers={"X-SkillOS-Trajectory": tid}, **SMALL)
+
+    # SmolLM2 (the curator here) writes a valid op most of the time, not always: a few trajectories at most
+    for attempt in range(3):
+        if attempt:
+            tid = _played_and_closed(client, gateway, model, repo)
+        t = _wait_for(gateway, tid, ("curated", "failed"), timeout=540)
+        assert t["status"] == "curated", t
+        assert t["outcome"] == {"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"}
+        assert t["curation"]["calls"], t  # the curator answered with at least one call (grammar-constrained)
+        with SkillRepoClient(skillrepo.url) as client_of_repo:
+            log = client_of_repo.op_log(repo).entries
+        mine = [e for e in log if e.origin is not None and e.origin.trajectory == tid]
+        if not any(c["valid"] for c in t["curation"]["calls"]):
+            assert mine == []  # nothing valid: nothing sent to the repo
+            continue
+        assert len(mine) == 1, (log, json.dumps(t["curation"])[:3000])
+        assert mine[0].origin.source == "gateway" and mine[0].idempotency_key == f"gateway:{tid}"
+        assert mine[0].origin.curator_call == t["curation"]["call_id"]
+        assert mine[0].applied == t["curation"]["applied"]
+        break
+    else:
+        pytest.fail(f"no valid op in {attempt + 1} curations: {json.dumps(t['curation'])[:2000]}")
+
+
+def test_trajectories_survive_a_restart_and_expire_after_the_ttl(embedded_llm, gateway_db, skillrepo, curator, model,
+                                                                   tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path / "a") as first:
+        c = openai.OpenAI(base_url=f"{first.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        raw = c.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}], **SMALL)
+        tid = raw.headers["X-SkillOS-Trajectory"]
+        first.kill()  # SIGKILL: nothing flushed on the way out
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path / "b",
+                    gateway_trajectory_ttl_s=60, gateway_sweep_interval_s=0.5) as second:
+        t = trajectory(second, tid)
+        assert t["status"] == "open" and t["calls"] == 1 and "heat-object" in t["skills"]
+        c = openai.OpenAI(base_url=f"{second.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        c.chat.completions.create(model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."},
+                                                         {"role": "assistant", "content": "ok"},
+                                                         {"role": "user", "content": "go on"}],
+                                  extra_headers={"X-SkillOS-Trajectory": tid}, **SMALL)
+        assert trajectory(second, tid)["calls"] == 2
+        t = _wait_for(second, tid, ("expired",), timeout=180)
+        assert t["status"] == "expired" and "curation" not in t  # never curated
+        r = httpx.post(f"{second.url}/v1/trajectories/{tid}/outcome", json={"success": True}, timeout=30)
+        assert r.status_code == 409
+
+
+def test_the_calls_of_a_trajectory_are_bounded(embedded_llm, gateway_db, skillrepo, curator, model, tmp_path):
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path, gateway_max_calls=2) as svc:
+        c = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        headers = {"X-SkillOS-Task": TASK}
+        for _ in range(3):
+            raw = c.chat.completions.with_raw_response.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], extra_headers=headers, max_tokens=2)
+            headers = {"X-SkillOS-Trajectory": raw.headers["X-SkillOS-Trajectory"]}
+        t = trajectory(svc, headers["X-SkillOS-Trajectory"])
+        assert t["calls"] == 2 and t["truncated"] is True and len(t["recorded"]) == 2
+
+
+# ------------------------------------------------------------------ the example agent
+
+@pytest.fixture(scope="module")
+def alfworld(tmp_path_factory):
+    data = SHARED_DATA / "alfworld"
+    if not (data / "json_2.1.1").is_dir():
+        pytest.fail(f"ALFWorld data missing at {data}")
+    env = {"SKILLOS_ALFWORLD_DATA": str(data), "SKILLOS_ALFWORLD_SPARE_WORKERS": "1"}
+    with run_service(["alfworld"], env=env, tmp_path=tmp_path_factory.mktemp("alfworld")) as svc:
+        yield svc
+
+
+def test_the_openai_sdk_example_agent_plays_alfworld_through_the_gateway(gateway, alfworld, model, monkeypatch):
+    monkeypatch.setenv("SKILLOS_GATEWAY_URL", f"{gateway.url}/v1")
+    monkeypatch.setenv("SKILLOS_ALFWORLD_URL", alfworld.url)
+    monkeypatch.setenv("SKILLOS_MODEL", model)
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import importlib
+
+        agent = importlib.import_module("openai_agent")
+        agent = importlib.reload(agent)  # the module reads its settings at import
+        result = agent.play(index=0, turns=3)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    t = trajectory(gateway, result["trajectory"])
+    assert t["task"] == result["task"] and 1 <= t["calls"] <= 3
+    assert t["status"] in ("closed", "curating", "curated") and t["outcome"]["success"] is result["won"]
+    assert Path(ROOT / "examples" / "openai_agent.py").read_text().count("\n") < 60

@@ -1,0 +1,89 @@
+"""The skill gateway's trajectory store on a real PostgreSQL database (and the embedded SQLite file):
+bounds, states, claims between processes, expiry."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from services.executor.gateway.trajectories.serving import curator_trajectory
+from services.executor.gateway.trajectories.store import TrajectoryStore
+
+SKILLS = [{"name": "heat-object", "description": "Heat it.", "body": "1. go to microwave", "version": 1}]
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/gateway.db"
+    return request.getfixturevalue("pg_url")
+
+
+def test_calls_are_recorded_within_bounds(store_url):
+    store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
+    store.create("t1", "default", "heat a mug", "m", SKILLS)
+    msgs = [{"role": "user", "content": "go"}]
+    assert store.record("t1", msgs, 1, {"role": "assistant", "content": "ok"}, {"total_tokens": 5})
+    assert store.record("t1", [{"role": "user", "content": "x" * 3000}], 3, {"content": "big"}, None) is False
+    assert store.record("t1", msgs, 5, {"content": "two"}, None)
+    assert store.record("t1", msgs, 7, {"content": "three"}, None)
+    assert store.record("t1", msgs, 9, {"content": "four"}, None) is False  # past max_calls
+    row = store.get("t1", with_calls=True)
+    assert (row.calls, row.truncated, row.seen_messages) == (3, True, 9)
+    assert [c["seq"] for c in row.recorded] == [1, 2, 3]
+    assert row.recorded[0]["usage"] == {"total_tokens": 5} and row.skills == SKILLS
+    assert row.bytes < 2000
+    store.close()
+
+
+def test_states_claims_and_expiry(store_url):
+    store = TrajectoryStore(store_url, max_calls=10, max_bytes=100_000)
+    store.create("a", "r", "task a", "m", [])
+    store.create("b", "r", "task b", "m", [])
+    assert store.close_with("a", {"success": True, "score": None, "feedback": "fine"})
+    assert not store.close_with("a", {"success": False})  # once only
+    assert not store.record("a", [{"role": "user", "content": "late"}], 1, {}, None)  # closed: no more calls
+    assert store.pending(stale_s=60) == ["a"]
+
+    # two processes race for the curation: one wins
+    other = TrajectoryStore(store_url, max_calls=10, max_bytes=100_000)
+    with ThreadPoolExecutor(8) as pool:
+        wins = list(pool.map(lambda s: s.claim("a", 60), [store, other] * 4))
+    assert wins.count(True) == 1
+    assert store.pending(stale_s=60) == []
+    assert store.pending(stale_s=-1) == ["a"]  # a claim older than stale_s is taken over
+    store.release("a")
+    assert store.get("a").status == "closed"
+    assert store.claim("a", 60)
+    store.finish("a", "curated", {"calls": []})
+    assert store.get("a").status == "curated" and store.get("a").curation == {"calls": []}
+
+    time.sleep(0.05)
+    assert store.expire(ttl_s=3600) == []
+    assert store.expire(ttl_s=0.01) == ["b"]
+    assert store.get("b").status == "expired" and not store.close_with("b", {"success": True})
+    assert store.get("nope") is None
+    store.close()
+    other.close()
+
+
+def test_the_curator_reads_one_turn_per_call_and_the_outcome(tmp_path):
+    store = TrajectoryStore(f"sqlite:///{tmp_path}/g.db", max_calls=10, max_bytes=100_000)
+    store.create("t", "r", "put a mug in the cabinet", "m", SKILLS)
+    store.record("t", [{"role": "system", "content": "be brief"}, {"role": "user", "content": "You see a mug 1."}], 2,
+                 {"role": "assistant", "content": "take mug 1"}, None)
+    store.record("t", [{"role": "assistant", "content": "take mug 1"},
+                       {"role": "tool", "tool_call_id": "c1", "content": "You pick up the mug 1."}], 4,
+                 {"role": "assistant", "content": "next", "tool_calls": [
+                     {"id": "c2", "type": "function", "function": {"name": "go", "arguments": '{"to": "cabinet 1"}'}}]},
+                 None)
+    store.close_with("t", {"success": True, "score": 1.0, "feedback": "done"})
+    traj = curator_trajectory(store.get("t", with_calls=True))
+    assert traj.task == "put a mug in the cabinet" and traj.env_success is True
+    assert traj.turns[0].observation == "[system] be brief\nYou see a mug 1." and traj.turns[0].action == "take mug 1"
+    assert traj.turns[1].observation == "[tool result c1] You pick up the mug 1."
+    assert traj.turns[1].thought == "next" and traj.turns[1].action == 'go({"to": "cabinet 1"})'
+    assert traj.turns[2].observation == "The agent reported the outcome: the task succeeded, score 1.0: done."
+    store.close()
