@@ -11,6 +11,7 @@ from services.executor.api_router import router
 from services.executor.gateway import Gateway, add_routes
 from services.executor.serving import Executor
 from services.executor.settings import ExecutorSettings
+from skillos.db import database_errors
 from skillos.llm import LLMSettings
 from skillos.service import create_app
 
@@ -50,7 +51,9 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
             (await c.get(llm_settings.base_url.rstrip("/") + "/models", headers=headers)).raise_for_status()
 
     app = create_app("executor", description=DESCRIPTION, readiness=[llm_backend], lifespan=lifespan,
-                     max_request_bytes=settings.max_request_bytes)
+                     max_request_bytes=settings.max_request_bytes,
+                     # the gateway's trajectory store down or stuck: 503 with Retry-After (OpenAI-shaped there)
+                     unavailable_on={e: "database" for e in database_errors()})
     app.include_router(router)
     add_routes(app)
     return app

@@ -291,7 +291,7 @@ def build_server(settings: MCPSettings, transport: Transport = "stdio") -> Skill
                                          description="the X-SkillOS-Trajectory id the gateway returned")],
         success: Annotated[bool, Field(description="whether the task was solved")],
         ctx: Context,
-        feedback: Annotated[str | None, Field(max_length=8192,
+        feedback: Annotated[str | None, Field(max_length=4000,
                                               description="what went right or wrong, for the curator")] = None,
         score: Annotated[float | None, Field(ge=0.0, le=1.0, description="a graded outcome, 0-1")] = None,
     ) -> dict[str, Any]:

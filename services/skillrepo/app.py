@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from services.skillrepo.api_router import router
-from services.skillrepo.db import database_errors
 from services.skillrepo.serving import SkillRepoService
 from services.skillrepo.settings import SkillRepoSettings
 from skillos.auth import Authenticator
+from skillos.db import database_errors
 from skillos.service import create_app, run_bounded
 
 DESCRIPTION = """Skills as SKILL.md documents in named repos: versions, forks, snapshots, BM25 search and the

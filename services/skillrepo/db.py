@@ -8,6 +8,8 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from skillos.db import bounded_postgres_args
+
 _PACKAGE = Path(__file__).resolve().parent
 _PG_MIGRATION_LOCK = 724_001  # pg_advisory_lock key: replicas starting together migrate one at a time
 
@@ -57,34 +59,9 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL", *, connect_timeout
             conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
 
         return engine
-    connect_args: dict = {
-        "connect_timeout": max(1, round(connect_timeout_s)),  # libpq: whole seconds, at least 1 (0: forever)
-        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
-        "tcp_user_timeout": 20_000}
-    if statement_timeout_s > 0:
-        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_s * 1000)}"
+    connect_args = bounded_postgres_args(connect_timeout_s, statement_timeout_s)
     return create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True, pool_timeout=pool_timeout_s,
                          connect_args=connect_args)
-
-
-def database_errors() -> tuple[type[BaseException], ...]:
-    """What the database (or its driver) raises when it cannot be reached or cannot answer now: a refused or
-    dropped connection, a server starting up or shutting down, a statement or pool timeout, SQLite busy.
-    The service answers these 503 with Retry-After (the same request may succeed later), not 500. Errors of
-    the SQL itself (integrity, programming) are not among them. The hot path runs statements on the driver's
-    own cursor (`hotpath.py`), so the drivers' exceptions come unwrapped as well as SQLAlchemy's."""
-    import sqlite3
-
-    from sqlalchemy import exc
-
-    errors: list[type[BaseException]] = [exc.OperationalError, exc.InterfaceError, exc.TimeoutError,
-                                         exc.DisconnectionError, sqlite3.OperationalError]
-    try:
-        import psycopg
-    except ImportError:  # SQLite only
-        return tuple(errors)
-    # OperationalError: connection failures, admin shutdown, cannot connect now, query cancelled (timeout)
-    return (*errors, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 def alembic_config(url: str):

@@ -34,6 +34,8 @@ _WORDS = re.compile(r"[a-z]+")
 _DONE = {"heat": "heated", "cool": "cooled", "clean": "cleaned"}
 # actions that never move an ALFWorld task forward: they only restate what the agent saw
 NO_PROGRESS = ("look", "inventory", "examine ", "close ")
+# the change a task sentence asks for ("put a clean mug in ...", "heat some egg and ...", "a cool apple")
+_NEEDS = {"clean": "cleaned", "heat": "heated", "hot": "heated", "cool": "cooled", "cold": "cooled"}
 
 
 def object_class(name: str) -> str:
@@ -154,11 +156,15 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
     - putting an object into a place the sentence does not name (the target is always named, and a
       heat / cool / clean is one action, no "move" into the appliance), or anywhere in a look task;
     - taking back out an object the agent itself put somewhere (pick two: the first one is done);
+    - in a clean / heat / cool task, putting the task's object down before it is changed: the change is one
+      action with the object in hand at the sinkbasin / microwave / fridge (in the gold and No Memory runs of
+      section 0c the 1.5B put the butterknife and the apple straight on the target, then wandered);
     - slicing: no ALFWorld goal of the six types slices (both `clean` episodes of the all-options run
       sliced bread and lettuce with the butterknife they were to clean); using a lamp outside a look task.
     Nothing is held back when it would leave no action (`shown_actions` then offers them all)."""
     words = task_words(task)
     look_task = task.lower().lstrip().startswith(("look at", "examine"))
+    need = next((done for w, done in _NEEDS.items() if w in words), None)
     here = f"go to {state.at}".lower() if state.at else None
     undo = {f"move {obj} to {place}".lower() for obj, place in state.taken_from.items()
             if obj == state.holding and not state.holding_done}
@@ -174,7 +180,10 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
         # what the agent already put where the task wants it is not taken out again (pick two)
         taking_back = low.startswith("take ") and low.removeprefix("take ").split(" from ")[0] in state.placed
         needless = low.startswith("slice ") or (low.startswith("use ") and not look_task)
+        unchanged = (low.startswith("move ") and state.holding is not None and need is not None
+                     and low.removeprefix("move ").split(" to ")[0] == state.holding.lower()
+                     and object_class(state.holding) in words and need not in state.holding_done)
         if (low.startswith(NO_PROGRESS) or low == here or wrong_object or low in undo or leaving_unopened
-                or wrong_place or taking_back or needless):
+                or wrong_place or taking_back or needless or unchanged):
             out.append(a)
     return out

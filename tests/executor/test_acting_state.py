@@ -179,3 +179,20 @@ def test_the_expert_never_slices_nor_uses_a_lamp_outside_a_look_task():
         for st in g["steps"]:
             assert not st["action"].startswith("slice "), g["task_id"]
             assert look or not st["action"].startswith("use "), g["task_id"]
+
+
+def test_the_task_object_is_not_put_down_before_it_is_changed():
+    took = [(FIRST, "go to countertop 1"),
+            ("You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.",
+             "take egg 1 from countertop 1"),
+            ("You pick up the egg 1 from the countertop 1.", "go to fridge 1")]
+    s = state_of(FIRST, FIRST_ADM, took, "You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.")
+    assert held_back(["move egg 1 to fridge 1", "go to microwave 1"], s, "heat some egg and put it in fridge.") \
+        == ["move egg 1 to fridge 1"]
+    assert held_back(["move egg 1 to fridge 1"], s, "put a hot egg in fridge.") == ["move egg 1 to fridge 1"]
+    assert held_back(["move egg 1 to fridge 1"], s, "put some egg in fridge.") == []   # nothing to change
+    heated = took[:2] + [("You pick up the egg 1 from the countertop 1.", "go to microwave 1"),
+                         ("You arrive at microwave 1. The microwave 1 is closed.", "heat egg 1 with microwave 1"),
+                         ("You heat the egg 1 using the microwave 1.", "go to fridge 1")]
+    s = state_of(FIRST, FIRST_ADM, heated, "You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.")
+    assert held_back(["move egg 1 to fridge 1"], s, "heat some egg and put it in fridge.") == []

@@ -154,12 +154,8 @@ def test_streaming_token_by_token_in_one_trajectory(client, gateway, model):
     usage = [c.usage for c in chunks if c.usage]
     assert usage and usage[-1].completion_tokens >= len(deltas) - 1
 
+    # recorded before `data: [DONE]`: an agent reporting its outcome the moment the stream ends finds it
     t = trajectory(gateway, tid)
-    for _ in range(50):  # a stream's record is written as it ends
-        if t["calls"] == 2:
-            break
-        time.sleep(0.1)
-        t = trajectory(gateway, tid)
     assert t["calls"] == 2 and t["task"] == TASK
     # the second call kept only what the client added since the first
     assert t["recorded"][1]["messages"] == messages[1:]
@@ -209,6 +205,11 @@ def test_bad_json_unknown_trajectory_oversized_body(gateway, model, client):
     assert r.status_code == 404 and openai_error_of(r)["code"] == "trajectory_not_found"
     r = httpx.post(f"{gateway.url}/v1/trajectories/trj-nope/outcome", json={"success": "maybe"}, timeout=30)
     assert r.status_code == 400 and openai_error_of(r)["param"] == "success"
+
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                       extra_headers={"X-SkillOS-Repo": "../other team"}, **SMALL)
+    assert e.value.code == "invalid_repo"
 
     big = {"model": model, "messages": [{"role": "user", "content": "x" * 300_000}]}
     r = httpx.post(f"{gateway.url}/v1/chat/completions", json=big, timeout=30)

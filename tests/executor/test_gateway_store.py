@@ -51,13 +51,20 @@ def test_states_claims_and_expiry(store_url):
     other = TrajectoryStore(store_url, max_calls=10, max_bytes=100_000)
     with ThreadPoolExecutor(8) as pool:
         wins = list(pool.map(lambda s: s.claim("a", 60), [store, other] * 4))
-    assert wins.count(True) == 1
+    claims = [w for w in wins if w is not None]
+    assert len(claims) == 1
     assert store.pending(stale_s=60) == []
     assert store.pending(stale_s=-1) == ["a"]  # a claim older than stale_s is taken over
-    store.release("a")
+    assert not store.release("a", claims[0] + 1)   # only the claim's own holder hands it back
+    assert store.release("a", claims[0])
     assert store.get("a").status == "closed"
-    assert store.claim("a", 60)
-    store.finish("a", "curated", {"calls": []})
+    first = store.claim("a", 60)
+    time.sleep(0.01)
+    second = other.claim("a", stale_s=-1)           # taken over as stale by another replica
+    assert first and second and second != first
+    assert not store.finish("a", "failed", {"error": "late"}, first)   # the old holder cannot end it
+    assert store.get("a").status == "curating"
+    assert other.finish("a", "curated", {"calls": []}, second)
     assert store.get("a").status == "curated" and store.get("a").curation == {"calls": []}
 
     time.sleep(0.05)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -44,6 +45,7 @@ from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMSettings
 from skillos.logging import get_logger
 from skillos.protocol.executor import RetrievedSkill
+from skillos.protocol.skillrepo import REPO_NAME_PATTERN
 
 log = get_logger("gateway")
 
@@ -183,6 +185,9 @@ class ChatGateway:
                                     f"{TRAJECTORY_HEADER} header)", param=TRAJECTORY_HEADER)
             return row
         repo = headers.get(REPO_HEADER) or self.default_repo
+        if not re.match(REPO_NAME_PATTERN, repo):   # stored with the trajectory and curated into later
+            raise gateway_error(400, "invalid_repo", f"{REPO_HEADER} {repo[:200]!r} is not a repo name: 1-128 "
+                                "letters, digits, '.', '_' or '-', starting with a letter or digit", param=REPO_HEADER)
         task = (headers.get(TASK_HEADER) or "").strip() or task_of(messages)
         if not task:
             raise gateway_error(400, "no_task", f"the conversation has no user message and no {TASK_HEADER} "
@@ -271,19 +276,35 @@ class ChatGateway:
         CALLS.labels("true", "200").inc()
 
         async def events() -> AsyncIterator[bytes]:
-            acc = _Accumulated()
+            # The call is recorded before the client sees `data: [DONE]`: an agent that reports its outcome
+            # (or sends its next call) the moment the stream ends must find this call in its trajectory.
+            acc, buf, recorded = _Accumulated(), b"", False
             try:
-                async for chunk in resp.aiter_bytes():
-                    acc.feed(chunk)
-                    yield chunk
-            except httpx.HTTPError as e:
-                # the status line is gone: the failure is told in the stream, as vLLM does
-                error = openai_error(502, "llm_unavailable", f"LLM backend stream broke: {type(e).__name__}: {e}")
-                yield f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
-            finally:
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        acc.feed(chunk)
+                        buf += chunk
+                        while (end := buf.find(b"\n\n")) >= 0:   # one SSE event at a time, as it arrives
+                            event, buf = buf[:end + 2], buf[end + 2:]
+                            if event.strip() != b"data: [DONE]":
+                                yield event
+                    if buf.strip() and buf.strip() != b"data: [DONE]":
+                        yield buf
+                except httpx.HTTPError as e:
+                    # the status line is gone: the failure is told in the stream, as vLLM does
+                    error = openai_error(502, "llm_unavailable",
+                                         f"LLM backend stream broke: {type(e).__name__}: {e}")
+                    yield f"data: {json.dumps(error)}\n\n".encode()
                 await resp.aclose()
                 acc.feed(b"\n")
-                self._record_later(row, messages, acc.message(), acc.usage)
+                recorded = True
+                await self._record(row, messages, acc.message(), acc.usage)
+                yield b"data: [DONE]\n\n"
+            finally:
+                await resp.aclose()
+                if not recorded:   # the client went away mid-stream: what it got is still recorded
+                    acc.feed(b"\n")
+                    self._record_later(row, messages, acc.message(), acc.usage)
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={**answer_headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -119,6 +119,7 @@ class Trajectories:
         self.stale_s = curator_timeout_s * (curator_retries + 1) + 60
         self._curator = AsyncCuratorClient(curator_url, token=token, timeout=curator_timeout_s)
         self._running: dict[str, asyncio.Task] = {}
+        self._claims: dict[str, float] = {}  # the trajectories this process has claimed, and when
         self._sweeper: asyncio.Task | None = None
         self._slots = asyncio.Semaphore(4)  # curations at once (the curator's LLM is the bottleneck)
 
@@ -130,14 +131,14 @@ class Trajectories:
         self._sweeper = asyncio.create_task(self._sweep_forever())
 
     async def aclose(self) -> None:
-        running = list(self._running)
+        claims = dict(self._claims)  # only this process's own claims go back (not those it merely queued)
         tasks = [t for t in (self._sweeper, *self._running.values()) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for tid in running:  # cancelled curations go back to closed: the next process picks them up
+        for tid, claimed_at in claims.items():  # cancelled curations go back to closed for the next process
             try:
-                await self._db(self.store.release, tid)
+                await self._db(self.store.release, tid, claimed_at)
             except Exception:  # else the claim goes stale and is taken over later
                 log.exception("gateway_release_failed", trajectory=tid)
         await self._curator.aclose()
@@ -193,40 +194,63 @@ class Trajectories:
 
     async def _curate(self, tid: str) -> None:
         async with self._slots:
-            if not await self._db(self.store.claim, tid, self.stale_s):
+            claimed_at = await self._db(self.store.claim, tid, self.stale_s)
+            if claimed_at is None:
                 return  # another process has it, or it is done
-            row = await self._db(self.store.get, tid, True)
-            if row is None or row.status != CURATING:
-                return
-            request = CurateRequest(
-                trajectory=curator_trajectory(row), self_judged_success=bool((row.outcome or {}).get("success")),
-                retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
-                                                 content=s.get("body", ""), version=s.get("version"))
-                                  for s in row.skills][:50],
-                repo=row.repo, apply=True, idempotency_key=f"gateway:{tid}",
-                origin=OpOrigin(source="gateway", trajectory=tid))
-            for attempt in range(self.retries + 1):
+            self._claims[tid] = claimed_at
+            try:
+                await self._curate_claimed(tid, claimed_at)
+            except asyncio.CancelledError:
+                raise   # shutdown: aclose hands the claim back
+            except Exception:  # a database or request error: back to closed, the next sweep tries again
+                log.exception("curation_failed_will_retry", trajectory=tid)
                 try:
-                    resp = await self._curator.curate(request)
-                    break
-                except CuratorError as e:
-                    if (e.status == 0 or e.status >= 500 or e.status == 429) and attempt < self.retries:
-                        await asyncio.sleep(min(2 ** attempt, 30))
-                        continue
-                    if e.status == 0 or e.status >= 500 or e.status == 429:
-                        # back to closed: the next sweep (or a restart) hands it over again
-                        log.warning("curation_deferred", trajectory=tid, error=str(e))
-                        await self._db(self.store.release, tid)
-                        return
-                    await self._finish(tid, FAILED, {"error": f"curator refused: {e}"})
-                    return
-            result: dict[str, Any] = {
-                "call_id": resp.call_id, "applied": resp.applied, "validity_rate": resp.validity_rate,
-                "error": resp.error, "calls": [json.loads(c.model_dump_json()) for c in resp.calls]}
-            await self._finish(tid, FAILED if resp.error else CURATED, result)
+                    await self._db(self.store.release, tid, claimed_at)
+                except Exception:
+                    log.exception("gateway_release_failed", trajectory=tid)  # the claim goes stale instead
+            finally:
+                self._claims.pop(tid, None)
 
-    async def _finish(self, tid: str, status: str, result: dict[str, Any]) -> None:
-        await self._db(self.store.finish, tid, status, result)
+    async def _curate_claimed(self, tid: str, claimed_at: float) -> None:
+        row = await self._db(self.store.get, tid, True)
+        if row is None or row.status != CURATING:
+            return
+        request = CurateRequest(
+            trajectory=curator_trajectory(row), self_judged_success=bool((row.outcome or {}).get("success")),
+            retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
+                                             content=s.get("body", ""), version=s.get("version"))
+                              for s in row.skills][:50],
+            repo=row.repo, apply=True, idempotency_key=f"gateway:{tid}",
+            origin=OpOrigin(source="gateway", trajectory=tid))
+        for attempt in range(self.retries + 1):
+            try:
+                resp = await self._curator.curate(request)
+                break
+            except CuratorError as e:
+                if e.code == "idempotency_key_reused":
+                    # an earlier attempt's batch was applied (its answer was lost): the ops are in the log
+                    await self._finish(tid, CURATED, {"note": "applied by an earlier attempt", "error": None},
+                                       claimed_at)
+                    return
+                if (e.status == 0 or e.status >= 500 or e.status == 429) and attempt < self.retries:
+                    await asyncio.sleep(min(2 ** attempt, 30))
+                    continue
+                if e.status == 0 or e.status >= 500 or e.status == 429:
+                    # back to closed: the next sweep (or a restart) hands it over again
+                    log.warning("curation_deferred", trajectory=tid, error=str(e))
+                    await self._db(self.store.release, tid, claimed_at)
+                    return
+                await self._finish(tid, FAILED, {"error": f"curator refused: {e}"}, claimed_at)
+                return
+        result: dict[str, Any] = {
+            "call_id": resp.call_id, "applied": resp.applied, "validity_rate": resp.validity_rate,
+            "error": resp.error, "calls": [json.loads(c.model_dump_json()) for c in resp.calls]}
+        await self._finish(tid, FAILED if resp.error else CURATED, result, claimed_at)
+
+    async def _finish(self, tid: str, status: str, result: dict[str, Any], claimed_at: float) -> None:
+        if not await self._db(self.store.finish, tid, status, result, claimed_at):
+            log.warning("curation_claim_lost", trajectory=tid, status=status)  # taken over as stale meanwhile
+            return
         TRAJECTORIES.labels(status).inc()
         log.info("trajectory_curated", trajectory=tid, status=status, applied=result.get("applied"),
                  error=result.get("error"))

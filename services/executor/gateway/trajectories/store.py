@@ -45,6 +45,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine, make_url
 
+from skillos.db import bounded_postgres_args
+
 metadata = MetaData()
 _PG_CREATE_LOCK = 724_002  # pg_advisory_xact_lock key of the table creation (the skill repo's migration: 724_001)
 
@@ -117,7 +119,9 @@ def make_engine(url: str) -> Engine:
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        # every wait bounded: a database that is down or stuck answers 503 (the app's unavailable_on), no hang
+        return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True, pool_timeout=10,
+                             connect_args=bounded_postgres_args())
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -220,25 +224,29 @@ class TrajectoryStore:
         t = trajectories.c
         return (t.status == CLOSED) | ((t.status == CURATING) & (t.claimed_at < now - stale_s))
 
-    def claim(self, tid: str, stale_s: float) -> bool:
-        """closed (or curating, claimed more than ``stale_s`` ago) → curating by this process."""
+    def claim(self, tid: str, stale_s: float) -> float | None:
+        """closed (or curating, claimed more than ``stale_s`` ago) → curating by this process. Returns the
+        claim's time, which `release` and `finish` must show: a process only ever ends its own claim (one
+        shutting down must not hand back a curation another replica took over)."""
         t, now = trajectories.c, time.time()
         with self.engine.begin() as c:
-            return c.execute(update(trajectories).where(t.id == tid, self._claimable(now, stale_s))
-                             .values(status=CURATING, claimed_at=now).returning(t.id)).first() is not None
+            got = c.execute(update(trajectories).where(t.id == tid, self._claimable(now, stale_s))
+                            .values(status=CURATING, claimed_at=now).returning(t.id)).first()
+            return now if got is not None else None
 
-    def release(self, tid: str) -> None:
+    def release(self, tid: str, claimed_at: float) -> bool:
         """curating → closed: the curator could not be reached; another try later."""
         t = trajectories.c
         with self.engine.begin() as c:
-            c.execute(update(trajectories).where(t.id == tid, t.status == CURATING)
-                      .values(status=CLOSED, claimed_at=None))
+            return c.execute(update(trajectories).where(t.id == tid, t.status == CURATING, t.claimed_at == claimed_at)
+                             .values(status=CLOSED, claimed_at=None).returning(t.id)).first() is not None
 
-    def finish(self, tid: str, status: str, curation: dict[str, Any]) -> None:
+    def finish(self, tid: str, status: str, curation: dict[str, Any], claimed_at: float) -> bool:
         t = trajectories.c
         with self.engine.begin() as c:
-            c.execute(update(trajectories).where(t.id == tid, t.status == CURATING)
-                      .values(status=status, curation=json.dumps(curation), updated_at=time.time()))
+            return c.execute(update(trajectories).where(t.id == tid, t.status == CURATING, t.claimed_at == claimed_at)
+                             .values(status=status, curation=json.dumps(curation), updated_at=time.time())
+                             .returning(t.id)).first() is not None
 
     def pending(self, stale_s: float) -> list[str]:
         """Closed trajectories not curated yet, and stale claims (a restart picks them up again)."""
