@@ -242,7 +242,7 @@ def actions_block(env: str, admissible: Sequence[str] | None, avoid: Sequence[st
         local = [a for a in actions if not a.startswith("go to ")]
         lines = [f"- {a}" for a in local[:MAX_ADMISSIBLE]]
         if len(local) < len(actions):
-            lines.append("- go to PLACE (any place of the list at the start)")
+            lines.append("- go to PLACE (one of the places listed at the start)")
         return "Actions you can take now:\n" + "\n".join(lines)
     return "Actions you can take now:\n" + "\n".join(f"- {a}" for a in actions[:MAX_ADMISSIBLE])
 
