@@ -138,6 +138,11 @@ class PgCluster:
         return self.url(name)
 
     def destroy(self) -> None:
+        for pid in self.pids():   # a run interrupted during a freeze: thaw first, or the stop never lands
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         if (self.data / "postmaster.pid").exists():
             subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]),
                            capture_output=True, check=False)

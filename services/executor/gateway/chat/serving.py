@@ -242,8 +242,13 @@ class ChatGateway:
         backend_s = time.perf_counter() - start
         if resp.status_code >= 400:
             raise self._backend_error(resp, "false")
-        data = resp.json()
-        choice = (data.get("choices") or [{}])[0]
+        try:
+            data = resp.json()
+            choice = (data.get("choices") or [{}])[0]
+        except (ValueError, AttributeError, IndexError, TypeError) as e:   # a 200 that is not a completion
+            CALLS.labels("false", "502").inc()
+            raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url} answered 200 "
+                                                        f"without a chat completion ({type(e).__name__})") from e
         answer = {**(choice.get("message") or {}), "finish_reason": choice.get("finish_reason")}
         await self._record(row, messages, answer, data.get("usage"))
         CALLS.labels("false", "200").inc()

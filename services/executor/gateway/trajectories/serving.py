@@ -107,6 +107,9 @@ def info(row: TrajectoryRow, with_calls: bool = False) -> TrajectoryInfo:
         recorded=[RecordedCall(**c) for c in row.recorded] if with_calls else None)
 
 
+MAX_QUEUED = 64  # curations one process queues at once (a sweep after a long curator outage)
+
+
 class Trajectories:
     """The outcome route's work, the background curation and the expiry sweep of one process."""
 
@@ -151,7 +154,9 @@ class Trajectories:
         for tid in expired:
             TRAJECTORIES.labels("expired").inc()
             log.info("trajectory_expired", trajectory=tid)
-        for tid in await self._db(self.store.pending, self.stale_s):
+        if len(self._running) >= MAX_QUEUED:   # the last batch is still being worked off
+            return
+        for tid in await self._db(self.store.pending, self.stale_s, MAX_QUEUED):
             self.schedule(tid)
 
     async def _sweep_forever(self) -> None:

@@ -248,12 +248,13 @@ class TrajectoryStore:
                              .values(status=status, curation=json.dumps(curation), updated_at=time.time())
                              .returning(t.id)).first() is not None
 
-    def pending(self, stale_s: float) -> list[str]:
-        """Closed trajectories not curated yet, and stale claims (a restart picks them up again)."""
+    def pending(self, stale_s: float, limit: int = 64) -> list[str]:
+        """Closed trajectories not curated yet, and stale claims (a restart picks them up again): the oldest
+        ``limit``, so a backlog left by a long curator outage is worked off a batch per sweep, not all at once."""
         with self.engine.connect() as c:
             return [r.id for r in c.execute(select(trajectories.c.id)
                                             .where(self._claimable(time.time(), stale_s))
-                                            .order_by(trajectories.c.updated_at))]
+                                            .order_by(trajectories.c.updated_at).limit(limit))]
 
     def expire(self, ttl_s: float) -> list[str]:
         """Open trajectories idle for ``ttl_s`` → expired; their ids."""
