@@ -23,7 +23,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from services.skillrepo.db import make_engine, migrate
+from services.skillrepo.db import migrate
 from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
@@ -42,7 +42,7 @@ from services.skillrepo.store import (
     StoreError,
     VersionRow,
 )
-from skillos.db import database_errors
+from skillos.db import database_errors, make_engine
 from skillos.errors import APIError
 from skillos.logging import get_logger
 from skillos.protocol.skillrepo import (

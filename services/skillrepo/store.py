@@ -23,7 +23,6 @@ from typing import Any
 from sqlalchemy import Engine, Integer, and_, bindparam, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
-from services.skillrepo.db import is_sqlite
 from services.skillrepo.hotpath import HotStatements
 from services.skillrepo.tables import (
     blobs,
@@ -36,6 +35,7 @@ from services.skillrepo.tables import (
     snapshot_heads,
     snapshots,
 )
+from skillos.db import is_sqlite
 from skillos.skills import SkillDoc, serialize
 
 

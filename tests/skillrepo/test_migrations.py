@@ -11,8 +11,9 @@ from alembic.migration import MigrationContext
 from skillrepo_fixtures import database
 from sqlalchemy import inspect, text
 
-from services.skillrepo.db import alembic_config, make_engine
+from services.skillrepo.db import alembic_config
 from services.skillrepo.tables import metadata
+from skillos.db import make_engine
 
 
 def _upgrade(engine, target: str, down: bool = False) -> None:

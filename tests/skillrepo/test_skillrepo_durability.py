@@ -128,7 +128,7 @@ def test_kill_9_during_write_load(backend, request, tmp_path):
 def test_sqlite_synchronous_setting(tmp_path, setting, pragma):
     from sqlalchemy import text
 
-    from services.skillrepo.db import make_engine
+    from skillos.db import make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path}/s.db", setting)
     with engine.connect() as c:

@@ -36,8 +36,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
-    event,
     insert,
     select,
     text,
@@ -45,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine, make_url
 
-from skillos.db import bounded_postgres_args
+from skillos.db import make_engine
 
 metadata = MetaData()
 _PG_CREATE_LOCK = 724_002  # pg_advisory_xact_lock key of the table creation (the skill repo's migration: 724_001)
@@ -114,29 +112,6 @@ def _row(r) -> TrajectoryRow:
                          outcome=_loads(r.outcome), curation=_loads(r.curation))
 
 
-def make_engine(url: str) -> Engine:
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        # every wait bounded: a database that is down or stuck answers 503 (the app's unavailable_on), no hang
-        return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True, pool_timeout=10,
-                             connect_args=bounded_postgres_args())
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-    @event.listens_for(engine, "connect")
-    def _sqlite_connect(dbapi_conn, _record):
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
-
-    return engine
-
-
 class TrajectoryStore:
     """Blocking calls (run them in a thread from async code)."""
 
@@ -158,7 +133,7 @@ class TrajectoryStore:
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
-                    engine = make_engine(self.url)
+                    engine = make_engine(self.url, pool_size=8)
                     with engine.begin() as conn:
                         if engine.dialect.name == "postgresql":  # replicas starting together: one at a time
                             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_CREATE_LOCK})
