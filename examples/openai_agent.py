@@ -2,7 +2,8 @@
 SkillOS-specific lines are the base URL, the trajectory header and the outcome report at the end.
 
     python examples/openai_agent.py [--index N] [--turns T]
-    # SKILLOS_GATEWAY_URL (http://127.0.0.1:8002/v1), SKILLOS_ALFWORLD_URL (http://127.0.0.1:8010), SKILLOS_MODEL
+    # SKILLOS_GATEWAY_URL (http://127.0.0.1:8002/v1), SKILLOS_ALFWORLD_URL (http://127.0.0.1:8010), SKILLOS_MODEL,
+    # SKILLOS_API_TOKEN (a token of SKILLOS_AUTH_TOKENS where the stack has tokens on, as compose and Helm do)
 """
 
 import argparse
@@ -15,10 +16,11 @@ from openai import OpenAI
 GATEWAY = os.environ.get("SKILLOS_GATEWAY_URL", "http://127.0.0.1:8002/v1")
 ENV = os.environ.get("SKILLOS_ALFWORLD_URL", "http://127.0.0.1:8010")
 MODEL = os.environ.get("SKILLOS_MODEL", "qwen2.5-coder-1.5b-instruct")
+TOKEN = os.environ.get("SKILLOS_API_TOKEN") or "none"  # the gateway's bearer token: the SDK's api_key
 
 
 def play(index: int = 0, turns: int = 10) -> dict:
-    llm, env = OpenAI(base_url=GATEWAY, api_key="none"), httpx.Client(base_url=ENV, timeout=300)
+    llm, env = OpenAI(base_url=GATEWAY, api_key=TOKEN), httpx.Client(base_url=ENV, timeout=300)
     game = env.post("/v1/sessions", json={"split": "valid_seen", "index": index}).json()
     obs, actions, won = game["observation"], game["admissible_actions"], False
     messages = [{"role": "system", "content": "You are a household robot. Reply with one action of the list only."}]
@@ -37,8 +39,8 @@ def play(index: int = 0, turns: int = 10) -> dict:
             break
     env.delete(f"/v1/sessions/{game['session_id']}")
     trajectory = headers["X-SkillOS-Trajectory"]
-    httpx.post(f"{GATEWAY}/trajectories/{trajectory}/outcome", timeout=30,
-               json={"success": won, "feedback": "won the game" if won else f"not won in {turns} turns"}).raise_for_status()
+    httpx.post(f"{GATEWAY}/trajectories/{trajectory}/outcome", headers={"Authorization": f"Bearer {TOKEN}"},
+               timeout=30, json={"success": won, "feedback": "won the game" if won else f"not won in {turns} turns"}).raise_for_status()
     return {"trajectory": trajectory, "won": won, "task": game["task"]["instruction"]}
 
 

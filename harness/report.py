@@ -69,6 +69,8 @@ def run_metrics(run: StreamRun) -> dict[str, Any]:
         "sr_macro": _mean(list(sr_type.values())),
         "steps": _mean([float(r.steps) for r in recs]),
         "episode_errors": sum(1 for r in recs if r.error),
+        # of them, episodes whose env session was lost (its server killed or restarted mid-episode)
+        "env_lost": sum(1 for r in recs if r.stop_reason == "env_lost"),
         "retrieval_rate": _mean([float(bool(r.retrieved)) for r in recs]),
         "usage_rate": _mean([float(bool(r.used)) for r in recs]),
         "success_when_used": _mean([float(r.success) for r in used_tasks]),
@@ -106,6 +108,7 @@ def summarize(runs: list[StreamRun], config: dict[str, Any]) -> dict[str, Any]:
             op_mix.update(s["op_mix"])
         agg["op_mix"] = dict(sorted(op_mix.items()))
         agg["episode_errors"] = sum(s["episode_errors"] for s in seeds)
+        agg["env_lost"] = sum(s.get("env_lost", 0) for s in seeds)
         agg["won"] = sum(s.get("won", 0) for s in seeds)
         agg["played"] = sum(s["tasks"] for s in seeds)
         agg["curator_errors"] = sum(s["curator_errors"] for s in seeds)
@@ -197,8 +200,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             lines += [f"| {k.replace('_', ' ')} | {_fmt(v, pct=False)} |" for k, v in measures.items()]
     errors = {n: m["aggregate"]["episode_errors"] for n, m in methods.items()}
     if any(errors.values()):
+        lost = {n: m["aggregate"].get("env_lost", 0) for n, m in methods.items()}
         lines += ["", "Episodes that failed with an error (counted as failures): " +
-                  ", ".join(f"{n}: {e}" for n, e in errors.items())]
+                  ", ".join(f"{n}: {e}" + (f" ({lost[n]} lost their env session: its server was killed or "
+                                            "restarted mid-episode)" if lost[n] else "")
+                            for n, e in errors.items())]
     lines += ["", (f"Plots: `{SUCCESS_PLOT}`, `{REPO_SIZE_PLOT}`, `{OP_MIX_PLOT}`. "
                    "Per-task records: `tasks/`. Final repos: `repo/`."), ""]
     return "\n".join(lines)

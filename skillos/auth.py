@@ -4,12 +4,21 @@ Tokens are configured as ``token:scope[:repo-prefix]`` entries, comma-separated 
 scope ``read`` (GET only) or ``rw`` (read and write); with a prefix the token only reaches repos whose
 name starts with it. No or an unknown token: 401. A known token used beyond its scope or prefix: 403.
 Mode ``open`` (the embedded default) lets every request through; deployment configs set ``tokens``.
+
+The same tokens (SKILLOS_AUTH_MODE, SKILLOS_AUTH_TOKENS, `skillos.settings.InboundAuthSettings`) guard every
+service through which a caller reaches a repo: the skill repo, the executor and its gateway, the curator. A
+service puts its `Authenticator` on ``app.state.auth``; a route takes the caller's `Grant` with `Auth` and
+asks it for the repo it touches (`Grant.require`).
 """
 
 from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPBearer
 
 from skillos.errors import APIError
 
@@ -73,3 +82,16 @@ class Authenticator:
             if hmac.compare_digest(known.encode(), token):
                 return grant
         raise APIError(401, "unauthorized", "unknown token", headers={"WWW-Authenticate": "Bearer"})
+
+
+_bearer = HTTPBearer(auto_error=False, description="a token from SKILLOS_AUTH_TOKENS (not needed in open mode)")
+
+
+# async: FastAPI runs a plain `def` dependency in the thread pool, a thread hop per request for nothing
+async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = None) -> Grant:
+    """The caller's grant (401 without a known token in ``tokens`` mode). `_bearer` only documents the
+    scheme in OpenAPI; the header is read here so every service answers the same 401s."""
+    return request.app.state.auth.authenticate(request.headers.get("authorization"))
+
+
+Auth = Annotated[Grant, Depends(grant)]

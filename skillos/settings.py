@@ -43,6 +43,17 @@ class ApiTokenSettings(CommonSettings):
     api_token: str = ""
 
 
+class InboundAuthSettings(CommonSettings):
+    """For a service whose callers reach skill repos through it (the skill repo itself, the executor and
+    its gateway, the curator): who may call it, with the same tokens everywhere (`skillos.auth`)."""
+
+    # "open" (no token needed; the embedded default) or "tokens" (SKILLOS_AUTH_TOKENS); checked by
+    # `skillos.auth.Authenticator` when the app is built, so a wrong value is a one-line refusal to start
+    auth_mode: str = "open"
+    # comma-separated `token:scope[:repo-prefix]`, scope `read` or `rw`, e.g. "s3cret:rw,ro1:read:train-"
+    auth_tokens: str = ""
+
+
 class SkillRepoAddress(CommonSettings):
     # where the skill repo is (defaults: ARCHITECTURE.md ports on loopback)
     skillrepo_url: str = "http://127.0.0.1:8001"

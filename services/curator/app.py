@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from services.curator.api_router import router
 from services.curator.serving import Curator
 from services.curator.settings import CuratorSettings
+from skillos.auth import Authenticator
 from skillos.llm import LLMSettings
 from skillos.service import create_app
 
@@ -34,5 +35,6 @@ def build_app(settings: CuratorSettings | None = None, curator: Curator | None =
 
     app = create_app("curator", description="Skill curator: trajectories in, validated skill-repo ops out.",
                      readiness=[skillrepo, curator_llm], lifespan=lifespan)
+    app.state.auth = Authenticator(settings.auth_mode, settings.auth_tokens)
     app.include_router(router)
     return app

@@ -25,7 +25,8 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from services.curator.settings import CuratorSettings
 
         settings = CuratorSettings()
-        serve_service(settings, lambda: build_app(settings), host, port)
+        # a bad SKILLOS_AUTH_MODE / SKILLOS_AUTH_TOKENS: its message and exit 1, no traceback
+        serve_service(settings, lambda: build_app(settings), host, port, refuse=(ValueError,))
 
     @app.command("curate")
     def curate(request_file: Path = RequestFileArg,

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from skillos.settings import ApiTokenSettings, CurationSettings, SkillRepoAddress
+from skillos.settings import ApiTokenSettings, CurationSettings, InboundAuthSettings, SkillRepoAddress
 
 
-class CuratorSettings(CurationSettings, ApiTokenSettings, SkillRepoAddress):
-    """The curator reads the skill repo and applies its ops there."""
+class CuratorSettings(CurationSettings, ApiTokenSettings, SkillRepoAddress, InboundAuthSettings):
+    """The curator reads the skill repo and applies its ops there (with its own token); its callers need a
+    token that reaches the repo they name (rw to apply ops) when auth is on."""
 
     # content judge (r_cnt): "llm" asks the judge role's model, "heuristic" scores structure and
     # generality without a model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from skillos.auth import Auth, Grant
 from skillos.errors import ErrorResponse
 from skillos.protocol.executor import (
     ActRequest,
@@ -16,29 +17,36 @@ from skillos.protocol.executor import (
 from skillos.service import unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["executor"])
-_ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 409, 422, 429, 502)}
+_ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 429, 502)}
 
 
 def _executor(request: Request):
     return request.app.state.executor
 
 
+def _may_read(grant: Grant, repo: str | None) -> None:
+    if repo is not None:   # the skills are read with the executor's own token: the caller's must reach them
+        grant.require(repo)
+
+
 @router.post("/episodes", response_model=EpisodeResponse, responses=_ERRORS,
              summary="Run one ReAct episode against an env server with top-k skills")
-async def run_episode(body: EpisodeRequest, request: Request) -> EpisodeResponse:
+async def run_episode(body: EpisodeRequest, request: Request, auth: Auth) -> EpisodeResponse:
     """An LLM failure mid-episode is not an HTTP error: the episode comes back with
     ``success=false``, ``stop_reason="llm_error"`` and ``error`` saying why. A client that disconnects
-    cancels its episode."""
+    cancels its episode. With auth on, the token must reach the repo the skills come from."""
+    _may_read(auth, body.repo)
     return await unless_disconnected(request, _executor(request).run_episode(body))
 
 
 @router.post("/act", response_model=ActResponse, responses=_ERRORS,
              summary="One decision (thought + action) for an agent in production")
-async def act(body: ActRequest, request: Request) -> ActResponse:
+async def act(body: ActRequest, request: Request, auth: Auth) -> ActResponse:
+    _may_read(auth, body.repo)
     return await unless_disconnected(request, _executor(request).act(body))
 
 
 @router.post("/judge", response_model=JudgeResponse, responses=_ERRORS,
              summary="Self-judged success of a trajectory by the executor's own model")
-async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
+async def judge(body: JudgeRequest, request: Request, _auth: Auth) -> JudgeResponse:
     return await _executor(request).judge(body)

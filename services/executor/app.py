@@ -11,6 +11,7 @@ from services.executor.api_router import router
 from services.executor.gateway import Gateway, add_routes
 from services.executor.serving import Executor
 from services.executor.settings import ExecutorSettings
+from skillos.auth import Authenticator
 from skillos.db import database_errors
 from skillos.llm import LLMSettings
 from skillos.service import create_app
@@ -24,9 +25,14 @@ replaces it; otherwise the text is sent as written and the turn is marked invali
 answers "Nothing happens.").
 
 The skill gateway: `/v1/chat/completions` and `/v1/models` in OpenAI's wire format (the official `openai`
-client works with only its `base_url` changed) with the top-k skills of the conversation's task injected,
+client works with its `base_url` changed, and its `api_key` a token where tokens are on) with the top-k skills of the conversation's task injected,
 every call recorded in a trajectory (`X-SkillOS-Trajectory`), and `/v1/trajectories/{id}/outcome` to hand a
-finished trajectory to the curator. Their errors are OpenAI's error object."""
+finished trajectory to the curator. Their errors are OpenAI's error object.
+
+Tokens (SKILLOS_AUTH_MODE=tokens, the SKILLOS_AUTH_TOKENS of the skill repo): every route but the probes needs
+one, and a caller reaches only the repos its token reaches (`read` to play, decide or chat with a repo's
+skills; `rw` to report an outcome, which the curator turns into writes, or to have the gateway create a
+missing repo): 401 without a known token, 403 beyond its scope or prefix."""
 
 
 def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSettings | None = None) -> FastAPI:
@@ -54,6 +60,7 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
                      max_request_bytes=settings.max_request_bytes,
                      # the gateway's trajectory store down or stuck: 503 with Retry-After (OpenAI-shaped there)
                      unavailable_on={e: "database" for e in database_errors()})
+    app.state.auth = Authenticator(settings.auth_mode, settings.auth_tokens)
     app.include_router(router)
     add_routes(app)
     return app

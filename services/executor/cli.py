@@ -21,4 +21,5 @@ def register(app: typer.Typer, serve_app: typer.Typer) -> None:
         from services.executor.settings import ExecutorSettings
 
         settings = ExecutorSettings()
-        serve_service(settings, lambda: build_app(settings), host, port)
+        # a bad SKILLOS_AUTH_MODE / SKILLOS_AUTH_TOKENS: its message and exit 1, no traceback
+        serve_service(settings, lambda: build_app(settings), host, port, refuse=(ValueError,))

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from skillos.settings import ActingSettings
+from skillos.settings import ActingSettings, InboundAuthSettings
 
 
-class ExecutorSettings(ActingSettings):
+class ExecutorSettings(ActingSettings, InboundAuthSettings):
     """The executor calls the skill repo (retrieval) and the env servers (episodes); how it plays and
     decides is `ActingSettings` (shared with the trainer's agent-policy mode). The ``gateway_*`` fields
-    are the OpenAI-compatible skill gateway's (`services/executor/gateway/`)."""
+    are the OpenAI-compatible skill gateway's (`services/executor/gateway/`). With auth on, a caller needs a
+    token that reaches the repo it names: read to play, decide or chat with its skills, rw to report the
+    outcome that curates into it."""
 
     # episodes run at the same time in this process; more wait (the LLM backend is the bottleneck)
     executor_max_concurrent_episodes: int = Field(8, ge=1)
@@ -22,9 +24,12 @@ class ExecutorSettings(ActingSettings):
     # where closed trajectories go to be curated
     curator_url: str = "http://127.0.0.1:8003"
     # trajectories and their calls: a `postgresql+psycopg://user@host/db` URL in production (compose and the
-    # Helm chart use the skill repo's database: the tables are gateway_*); empty: the SQLite file
-    # ./skillos-gateway.db, made on the gateway's first use
+    # Helm chart use the skill repo's database: the tables are gateway_*); empty: the skill repo's own
+    # database_url when that is PostgreSQL (a Helm existingSecret need not name this one), else the SQLite
+    # file ./skillos-gateway.db, made on the gateway's first use
     gateway_database_url: str = ""
+    # the skill repo's database (SKILLOS_DATABASE_URL, read only for the fallback above)
+    database_url: str = ""
     # the repo of a call without an X-SkillOS-Repo header (created on first use when missing)
     gateway_default_repo: str = "default"
     # skills injected into a trajectory's conversation (top k for its task)

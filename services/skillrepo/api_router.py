@@ -6,10 +6,9 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.security import HTTPBearer
 
 from services.skillrepo.serving import SkillRepoService, format_error, parse_if_match
-from skillos.auth import Grant
+from skillos.auth import Auth
 from skillos.errors import APIError, ErrorResponse, unavailable
 from skillos.protocol.skillrepo import (
     LOG_ID_MAX,
@@ -39,7 +38,6 @@ from skillos.protocol.skillrepo import (
 from skillos.service import run_bounded
 from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
 
-_bearer = HTTPBearer(auto_error=False, description="a token from SKILLOS_AUTH_TOKENS (not needed in open mode)")
 _ERRORS = {s: {"model": ErrorResponse} for s in (400, 401, 403, 404, 409, 412, 413, 415, 422)}
 _SKILL_BODY = {
     "requestBody": {"required": True, "content": {
@@ -57,10 +55,6 @@ async def service(request: Request) -> SkillRepoService:
     return request.app.state.skillrepo
 
 
-async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = None) -> Grant:
-    return request.app.state.auth.authenticate(request.headers.get("authorization"))
-
-
 Svc = Annotated[SkillRepoService, Depends(service)]
 
 
@@ -74,7 +68,6 @@ async def _db(svc: SkillRepoService, method, *args):
         raise unavailable("database", f"the database did not answer within {limit:g} s "
                           "(SKILLOS_DATABASE_REQUEST_TIMEOUT_S); a write may still be applied: retry it with the same "
                           "idempotency_key (or If-Match) to apply it once", svc.settings.database_retry_after_s) from None
-Auth = Annotated[Grant, Depends(grant)]
 
 
 async def _body(request: Request, svc: SkillRepoService) -> bytes:

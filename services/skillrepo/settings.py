@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from skillos.settings import CommonSettings
+from skillos.settings import InboundAuthSettings
 
 
-class SkillRepoSettings(CommonSettings):
+class SkillRepoSettings(InboundAuthSettings):
     # a `postgresql+psycopg://user@host/db` URL in production; a SQLite file is the embedded default
     database_url: str = "sqlite:///./skillos-skillrepo.db"
     # required when several replicas share one database: change announcements go over pub/sub
@@ -25,11 +25,6 @@ class SkillRepoSettings(CommonSettings):
     database_retry_after_s: int = 1
     redis_url: str | None = None
     redis_channel: str = "skillos:skillrepo:changes"
-
-    # auth: "open" (no token needed; the embedded default) or "tokens" (SKILLOS_AUTH_TOKENS)
-    auth_mode: str = "open"
-    # comma-separated `token:scope[:repo-prefix]`, scope `read` or `rw`, e.g. "s3cret:rw,ro1:read:train-"
-    auth_tokens: str = ""
 
     # limits of what one request may carry (bigger: 413 with the limit in the message)
     max_body_bytes: int = 64 * 1024          # one skill's Markdown body

@@ -42,7 +42,17 @@ class EnvSession(Protocol):
 
 
 class EnvFailed(Exception):
-    """Raised by an `EnvSession` whose env cannot go on; the episode ends with ``env_error``."""
+    """Raised by an `EnvSession` whose env cannot go on; the episode ends with ``env_lost`` when the session
+    itself is gone (its env server unreachable, killed or restarted: nothing to retry, the game is lost), else
+    with ``env_error``."""
+
+    def __init__(self, message: str, *, lost: bool = False):
+        super().__init__(message)
+        self.lost = lost
+
+    @property
+    def stop_reason(self) -> str:
+        return "env_lost" if self.lost else "env_error"
 
 
 @dataclass
@@ -110,7 +120,7 @@ async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: st
             step = await env.step(parsed.action)
         except EnvFailed as e:
             out.env_s += time.perf_counter() - t
-            out.stop_reason, out.error = "env_error", f"{env_name} env: {e}"
+            out.stop_reason, out.error = e.stop_reason, f"{env_name} env: {e}"
             break
         dt = time.perf_counter() - t
         out.env_s += dt
@@ -163,7 +173,7 @@ async def reason(llm, env: EnvSession, *, problem: str, skills: Sequence[Retriev
         step = await env.step(answer or "(no answer)")
     except EnvFailed as e:
         out.env_s = time.perf_counter() - t
-        out.stop_reason, out.error = "env_error", f"reasoning env: {e}"
+        out.stop_reason, out.error = e.stop_reason, f"reasoning env: {e}"
         return out
     out.env_s = time.perf_counter() - t
     out.turns.append(Turn(index=0, observation=problem, thought=thought, action=answer or "(no answer)",

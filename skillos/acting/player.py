@@ -41,6 +41,9 @@ def token_count(results: Sequence[ChatResult]) -> TokenCount:
     return TokenCount(prompt=p, completion=c, total=p + c)
 
 
+LOST_SESSION = (0, 404, 410, 421)
+
+
 class EnvSessionOverHTTP:
     """An open session of an env server as `skillos.acting.episode.EnvSession`."""
 
@@ -51,7 +54,9 @@ class EnvSessionOverHTTP:
         try:
             return await self.client.step(self.session_id, action)
         except EnvError as e:
-            raise acting.EnvFailed(e.message) from e
+            # unreachable (0), unknown (404), crashed and closed (410) or held by a replica that is gone (421):
+            # the session cannot go on anywhere
+            raise acting.EnvFailed(e.message, lost=e.status in LOST_SESSION) from e
 
 
 class SkillSource:

@@ -5,8 +5,10 @@
     POST /v1/judge     JudgeRequest   -> JudgeResponse     self-judged correctness of a trajectory
 
 An episode whose LLM backend fails (down, 5xx, timeout) is still a 200 answer: ``success`` is false,
-``stop_reason`` is ``"llm_error"`` and ``error`` says what happened. Only bad requests (4xx) and
-unreachable env/skill-repo servers at the start (502) are HTTP errors.
+``stop_reason`` is ``"llm_error"`` and ``error`` says what happened; likewise an env server lost mid-episode
+(killed, restarted, unreachable: the session is gone) ends it with ``"env_lost"``, any other env failure with
+``"env_error"``. Only bad requests (4xx) and unreachable env/skill-repo servers at the start (502) are HTTP
+errors.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from skillos.protocol.skillrepo import SearchMode
 
 EnvName = Literal["alfworld", "webshop", "reasoning"]
 ParseKind = Literal["exact", "fuzzy", "free", "unmatched", "empty"]
-StopReason = Literal["won", "done", "max_turns", "llm_error", "env_error"]
+StopReason = Literal["won", "done", "max_turns", "llm_error", "env_error", "env_lost"]
 
 MAX_TEXT = 20_000
 # Sampling seeds are int64 for the OpenAI API and vLLM (which refuses more with a 400 the executor

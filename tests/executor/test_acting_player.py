@@ -101,3 +101,34 @@ def test_the_service_and_the_trainer_play_through_the_same_player(reasoning):
     assert list(policy.outcomes.values()) == [1.0]
     with pytest.raises(RolloutFailed, match="llm_error"):   # a broken episode is retried, never scored
         asyncio.run(PolicyExecutor(EpisodePlayer(Down(), settings.player_options()), llm=None).episode(_request()))
+
+
+class KillsTheEnv(Scripted):
+    """Answers after killing the env server (SIGKILL) between the session's start and its step, as a replica
+    lost mid-episode; with ``restart``, a new server comes up on the same port first (a restarted pod)."""
+
+    def __init__(self, svc, stack, restart: bool, *answers: str):
+        super().__init__(*answers)
+        self.svc, self.stack, self.restart = svc, stack, restart
+
+    async def chat(self, messages, **kw):
+        self.svc.proc.kill()
+        self.svc.proc.wait()
+        if self.restart:
+            port = int(self.svc.url.rsplit(":", 1)[1])
+            self.stack.enter_context(run_service(["reasoning"], port=port))
+        return await super().chat(messages, **kw)
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["killed", "killed-and-restarted"])
+def test_an_env_server_lost_mid_episode_ends_it_with_env_lost(restart, tmp_path):
+    """The session is gone (its server unreachable, or a new one that never held it): the episode ends with
+    ``env_lost`` and says why, as a 200 episode, so a stream counts it apart and goes on."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        svc = stack.enter_context(run_service(["reasoning"], tmp_path=tmp_path))
+        llm = KillsTheEnv(svc, stack, restart, "<answer>5/4</answer>")
+        resp = asyncio.run(EpisodePlayer(llm, _options(svc.url, timeout_s=5)).play(_request()))
+    assert resp.stop_reason == "env_lost" and not resp.success and resp.error, resp
+    assert "reasoning env" in resp.error

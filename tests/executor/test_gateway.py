@@ -342,3 +342,93 @@ def test_the_openai_sdk_example_agent_plays_alfworld_through_the_gateway(gateway
     assert t["task"] == result["task"] and 1 <= t["calls"] <= 3
     assert t["status"] in ("closed", "curating", "curated") and t["outcome"]["success"] is result["won"]
     assert Path(ROOT / "examples" / "openai_agent.py").read_text().count("\n") < 60
+
+
+# ------------------------------------------------------------------ tokens: who may reach which repo
+
+TOKENS = "svc-token:rw,reader-token:read,team-token:rw:team-"
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@pytest.mark.timeout(900)
+def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embedded_llm, pg_server_url, model,
+                                                                           tmp_path):
+    """The skill repo, the executor (gateway included) and the curator share SKILLOS_AUTH_TOKENS: a caller
+    reaches through the executor exactly the repos its own token reaches, although the executor reads them
+    with its own (svc) token; reporting an outcome (which makes the curator write) needs rw."""
+    auth = {"SKILLOS_AUTH_MODE": "tokens", "SKILLOS_AUTH_TOKENS": TOKENS, "SKILLOS_API_TOKEN": "svc-token"}
+    # a database of its own: the open gateway of this module sweeps its shared one
+    with pg_database(pg_server_url) as gateway_db, \
+            run_service(["skillrepo", "--seed", "default"], tmp_path=tmp_path,
+                        env={**auth, "SKILLOS_DATABASE_URL": f"sqlite:///{tmp_path}/repo.db"}) as repo, \
+            run_service(["curator"], tmp_path=tmp_path,
+                        env={**auth, "SKILLOS_SKILLREPO_URL": repo.url,
+                             "SKILLOS_CURATOR_LLM_BASE_URL": embedded_llm}) as curator:
+        # the curator: a read token may not have ops applied, nor any token outside its prefix
+        trajectory = {"task": TASK, "success": True, "turns": [{"observation": "You heat the mug."}]}
+        for token, repo_name, apply, status in [(None, "default", True, 401), ("reader-token", "default", True, 403),
+                                                ("team-token", "default", False, 403)]:
+            r = httpx.post(f"{curator.url}/v1/curate", headers=_bearer(token), timeout=30,
+                           json={"trajectory": trajectory, "self_judged_success": True, "repo": repo_name,
+                                 "apply": apply})
+            assert r.status_code == status, (token, r.text)
+            assert r.json()["error"]["code"] == ("unauthorized" if status == 401 else "forbidden")
+
+        with gateway_on(embedded_llm, gateway_db, repo, curator, tmp_path, auth_mode="tokens", auth_tokens=TOKENS,
+                        api_token="svc-token", gateway_curator_retries=0) as gw:
+            # no or an unknown token: 401 in OpenAI's shape, as the openai client raises it
+            r = httpx.get(f"{gw.url}/v1/models", timeout=30)
+            assert r.status_code == 401 and openai_error_of(r)["type"] == "authentication_error"
+            with pytest.raises(openai.AuthenticationError):
+                openai.OpenAI(base_url=f"{gw.url}/v1", api_key="wrong", max_retries=0).models.list()
+
+            reader = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="reader-token", max_retries=0, timeout=600)
+            team = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="team-token", max_retries=0, timeout=600)
+            msgs = [{"role": "user", "content": f"Your task is to: {TASK}."}]
+            # a token beyond its prefix: 403 before anything is read, recorded or created
+            with pytest.raises(openai.PermissionDeniedError) as e:
+                team.chat.completions.create(model=model, messages=msgs, **SMALL)   # the default repo
+            assert e.value.code == "forbidden" and "team-" in e.value.message
+            # a repo the gateway would create on first use: beyond the prefix 403, for a read token 404; neither
+            # leaves a repo behind (the gateway creates it with its own token: only for a caller that may write)
+            with pytest.raises(openai.PermissionDeniedError):
+                team.chat.completions.create(model=model, messages=msgs, **SMALL,
+                                             extra_headers={"X-SkillOS-Repo": "new-1"})
+            with pytest.raises(openai.NotFoundError) as e:
+                reader.chat.completions.create(model=model, messages=msgs, **SMALL,
+                                               extra_headers={"X-SkillOS-Repo": "new-2"})
+            assert e.value.code == "repo_not_found"
+            for name in ("new-1", "new-2"):
+                r = httpx.get(f"{repo.url}/v1/repos/{name}", headers=_bearer("svc-token"), timeout=30)
+                assert r.status_code == 404, (name, r.text)
+            raw = team.chat.completions.with_raw_response.create(model=model, messages=msgs, **SMALL,
+                                                                  extra_headers={"X-SkillOS-Repo": "team-a"})
+            team_tid = raw.headers["X-SkillOS-Trajectory"]
+            raw = reader.chat.completions.with_raw_response.create(model=model, messages=msgs, **SMALL)
+            reader_tid = raw.headers["X-SkillOS-Trajectory"]
+            assert raw.headers["X-SkillOS-Skills"], "the default repo's skills, read with the executor's token"
+
+            # another team's trajectory: neither readable, nor continued, nor closed
+            r = httpx.get(f"{gw.url}/v1/trajectories/{reader_tid}", headers=_bearer("team-token"), timeout=30)
+            assert r.status_code == 403 and openai_error_of(r)["type"] == "permission_error"
+            with pytest.raises(openai.PermissionDeniedError):
+                team.chat.completions.create(model=model, messages=msgs, **SMALL,
+                                             extra_headers={"X-SkillOS-Trajectory": reader_tid})
+            # a read token plays, but its outcome would have the curator write: 403; rw on the repo: 202
+            for token, tid, status in [("reader-token", reader_tid, 403), ("team-token", reader_tid, 403),
+                                       ("team-token", team_tid, 202)]:
+                r = httpx.post(f"{gw.url}/v1/trajectories/{tid}/outcome", json={"success": True},
+                               headers=_bearer(token), timeout=30)
+                assert r.status_code == status, (token, r.text)
+            r = httpx.get(f"{gw.url}/v1/trajectories/{reader_tid}", headers=_bearer("reader-token"), timeout=30)
+            assert r.status_code == 200 and r.json()["status"] == "open"
+
+            # the executor's own routes (project error shape): the repo of /v1/act is checked the same way
+            act = {"env": "alfworld", "task": TASK, "observation": "You are in the middle of a room.",
+                   "admissible_actions": ["look", "go to cabinet 1"], "repo": "default"}
+            assert httpx.post(f"{gw.url}/v1/act", json=act, timeout=30).status_code == 401
+            r = httpx.post(f"{gw.url}/v1/act", json=act, headers=_bearer("team-token"), timeout=30)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"

@@ -94,3 +94,18 @@ def test_the_curator_reads_one_turn_per_call_and_the_outcome(tmp_path):
     assert traj.turns[1].thought == "next" and traj.turns[1].action == 'go({"to": "cabinet 1"})'
     assert traj.turns[2].observation == "The agent reported the outcome: the task succeeded, score 1.0: done."
     store.close()
+
+
+def test_the_gateway_keeps_trajectories_in_the_skill_repos_postgresql_unless_told_otherwise():
+    """A Helm existingSecret (or any deployment) that names only SKILLOS_DATABASE_URL must not leave each
+    executor pod with a SQLite file of its own: trajectories would be lost with the pod."""
+    from services.executor.gateway import EMBEDDED_DATABASE, database_of
+    from services.executor.settings import ExecutorSettings
+
+    pg = "postgresql+psycopg://skillos@db:5432/skillos"
+    assert database_of(ExecutorSettings(_env_file=None, database_url=pg)) == pg
+    assert database_of(ExecutorSettings(_env_file=None, database_url=pg,
+                                        gateway_database_url="postgresql+psycopg://other/gw")).endswith("/gw")
+    assert database_of(ExecutorSettings(_env_file=None, database_url="sqlite:///./skillos-skillrepo.db")) \
+        == EMBEDDED_DATABASE
+    assert database_of(ExecutorSettings(_env_file=None)) == EMBEDDED_DATABASE

@@ -21,6 +21,17 @@ ROUTERS = (chat_router, models_router, trajectories_router)
 EMBEDDED_DATABASE = "sqlite:///./skillos-gateway.db"
 
 
+def database_of(settings: ExecutorSettings) -> str:
+    """Where the trajectories are kept: SKILLOS_GATEWAY_DATABASE_URL, else the skill repo's PostgreSQL
+    (SKILLOS_DATABASE_URL, which every deployment hands each service; a SQLite path there is the skill repo
+    process's own file, not shared), else a SQLite file of this process."""
+    if settings.gateway_database_url:
+        return settings.gateway_database_url
+    if settings.database_url.startswith("postgresql"):
+        return settings.database_url
+    return EMBEDDED_DATABASE
+
+
 def add_routes(app: FastAPI) -> None:
     """The gateway's routes, their errors in OpenAI's shape."""
     for router in ROUTERS:
@@ -32,7 +43,7 @@ class Gateway:
     """The gateway's parts of one process; `start` in the app's lifespan, `aclose` at its end."""
 
     def __init__(self, settings: ExecutorSettings, llm: LLMSettings):
-        self.store = TrajectoryStore(settings.gateway_database_url or EMBEDDED_DATABASE, settings.gateway_max_calls,
+        self.store = TrajectoryStore(database_of(settings), settings.gateway_max_calls,
                                      settings.gateway_max_trajectory_bytes)
         names = [m.strip() for m in settings.gateway_models.split(",") if m.strip()] or [llm.model]
         self.models = ServedModels(names)

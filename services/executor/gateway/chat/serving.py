@@ -41,6 +41,7 @@ from services.executor.gateway.chat.protocol import (
 from services.executor.gateway.errors import gateway_error, openai_error
 from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
 from skillos.acting.prompt import skills_block
+from skillos.auth import Grant
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMSettings
 from skillos.logging import get_logger
@@ -51,7 +52,8 @@ log = get_logger("gateway")
 
 CALLS = Counter("skillos_gateway_calls_total", "Gateway chat calls", ["stream", "status"])
 OVERHEAD = Histogram("skillos_gateway_overhead_seconds",
-                     "Time of a non-streaming gateway call not spent waiting on the LLM backend",
+                     "Time of a non-streaming gateway call not spent waiting on the LLM backend (the skill "
+                     "search, the trajectory's creation or lookup, the record)",
                      buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
 
 MAX_QUERY_CHARS = 4000  # the skill repo's query limit is 4096
@@ -148,13 +150,16 @@ class ChatGateway:
         await self._repo.aclose()
 
     # ------------------------------------------------------------------ skills and trajectories
-    async def _skills(self, repo: str, task: str) -> list[dict[str, Any]]:
+    async def _skills(self, repo: str, task: str, grant: Grant) -> list[dict[str, Any]]:
         if self.k == 0:
             return []
         try:
             hits = await self._repo.search(repo, task[:MAX_QUERY_CHARS], self.k)
         except SkillRepoError as e:
             if e.status == 404 and e.code in ("repo_not_found", "not_found"):
+                if grant.scope != "rw":   # created with the gateway's token: only for a caller that may write
+                    raise gateway_error(404, "repo_not_found", f"no repo {repo!r}; a token with the 'rw' scope "
+                                        "creates it on its first call", param=REPO_HEADER) from e
                 await self._create_repo(repo)
                 return []
             if 400 <= e.status < 500:
@@ -173,12 +178,15 @@ class ChatGateway:
                 raise gateway_error(e.status if 400 <= e.status < 500 else 502, e.code,
                                     f"skill repo: cannot create repo {repo!r}: {e.message}", param=REPO_HEADER) from e
 
-    async def trajectory(self, headers, messages: list[dict[str, Any]], model: str) -> TrajectoryRow:
+    async def trajectory(self, headers, messages: list[dict[str, Any]], model: str, grant: Grant) -> TrajectoryRow:
+        """The call's trajectory: the one named by its header, or a new one in the repo of its header.
+        The caller's token must reach that repo (read: its skills are what the answer is made with)."""
         tid = headers.get(TRAJECTORY_HEADER)
         if tid:
             row = await asyncio.to_thread(self.store.get, tid)
             if row is None:
                 raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param=TRAJECTORY_HEADER)
+            grant.require(row.repo)
             if row.status != OPEN:
                 raise gateway_error(409, "trajectory_not_open",
                                     f"trajectory {tid!r} is {row.status}: start a new one (send no "
@@ -188,11 +196,12 @@ class ChatGateway:
         if not re.match(REPO_NAME_PATTERN, repo):   # stored with the trajectory and curated into later
             raise gateway_error(400, "invalid_repo", f"{REPO_HEADER} {repo[:200]!r} is not a repo name: 1-128 "
                                 "letters, digits, '.', '_' or '-', starting with a letter or digit", param=REPO_HEADER)
+        grant.require(repo)
         task = (headers.get(TASK_HEADER) or "").strip() or task_of(messages)
         if not task:
             raise gateway_error(400, "no_task", f"the conversation has no user message and no {TASK_HEADER} "
                                                 "header: nothing to find skills for", param="messages")
-        skills = await self._skills(repo, task)
+        skills = await self._skills(repo, task, grant)
         tid = "trj-" + uuid.uuid4().hex
         await asyncio.to_thread(self.store.create, tid, repo, task, model, skills)
         now = time.time()
@@ -223,23 +232,24 @@ class ChatGateway:
                                 f"the model {model!r} does not exist; this gateway serves {', '.join(self.models)}",
                                 param="model")
 
-    async def create(self, req: ChatCompletionRequest, headers) -> JSONResponse | StreamingResponse:
+    async def create(self, req: ChatCompletionRequest, headers, grant: Grant) -> JSONResponse | StreamingResponse:
+        start = time.perf_counter()   # the overhead counts the skill search and the store, the costly part
         self.check_model(req.model)
         sent = req.as_sent()
         messages = sent["messages"]
-        row = await self.trajectory(headers, messages, req.model)
+        row = await self.trajectory(headers, messages, req.model, grant)
         body = {**sent, "model": self.backend_model, "messages": inject(messages, row.skills)}
         answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
         if req.stream:
             return await self._stream(body, row, messages, answer_headers)
-        start = time.perf_counter()
+        sent_at = time.perf_counter()
         try:
             resp = await self._http.post(self.backend_url, json=body)
         except httpx.HTTPError as e:
             CALLS.labels("false", "502").inc()
             raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url}: "
                                                         f"{type(e).__name__}: {e}") from e
-        backend_s = time.perf_counter() - start
+        backend_s = time.perf_counter() - sent_at
         if resp.status_code >= 400:
             raise self._backend_error(resp, "false")
         try:

@@ -31,6 +31,7 @@ from services.executor.gateway.trajectories.store import (
     TrajectoryRow,
     TrajectoryStore,
 )
+from skillos.auth import Grant
 from skillos.clients.curator import AsyncCuratorClient, CuratorError
 from skillos.logging import get_logger
 from skillos.protocol.curator import CurateRequest, RetrievedSkill, Trajectory, TrajectoryTurn
@@ -168,13 +169,19 @@ class Trajectories:
             await asyncio.sleep(self.sweep_interval_s)
 
     # ------------------------------------------------------------------ routes
-    async def get(self, tid: str, with_calls: bool) -> TrajectoryInfo:
+    async def _row(self, tid: str, grant: Grant, *, write: bool, with_calls: bool = False) -> TrajectoryRow:
+        """The trajectory, if the caller's token reaches its repo (rw to write: an outcome curates it)."""
         row = await self._db(self.store.get, tid, with_calls)
         if row is None:
             raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param="trajectory_id")
-        return info(row, with_calls)
+        grant.require(row.repo, write=write)
+        return row
 
-    async def outcome(self, tid: str, body: OutcomeRequest) -> OutcomeResponse:
+    async def get(self, tid: str, with_calls: bool, grant: Grant) -> TrajectoryInfo:
+        return info(await self._row(tid, grant, write=False, with_calls=with_calls), with_calls)
+
+    async def outcome(self, tid: str, body: OutcomeRequest, grant: Grant) -> OutcomeResponse:
+        await self._row(tid, grant, write=True)
         if not await self._db(self.store.close_with, tid, body.model_dump()):
             row = await self._db(self.store.get, tid)
             if row is None:
