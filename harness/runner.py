@@ -25,6 +25,7 @@ from harness.stack import ENVS
 from skillos.acting.options import ActingOptions, from_pairs
 from skillos.clients.curator import AsyncCuratorClient
 from skillos.clients.envs import AsyncEnvClient
+from skillos.clients.executor import DEFAULT_TIMEOUT_S as DEFAULT_EPISODE_TIMEOUT_S
 from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMClient, LLMSettings
@@ -94,6 +95,15 @@ def repo_name(run_id: str, method: str, seed: int) -> str:
     """The repo of one stream: ``<run_id>-s<seed>`` for SkillOS (as ever), ``<run_id>-<method>-s<seed>``
     for the other methods with a memory."""
     return f"{run_id}-s{seed}" if method == "skillos" else f"{run_id}-{method}-s{seed}"
+
+
+def episode_timeout_s(max_turns: int) -> float:
+    """How long the run waits for one episode: the executor bounds each of its LLM calls (the executor role's
+    timeout) and env calls, so a turn can take that long; a fixed bound cut episodes of a loaded CPU server
+    (30 turns of a 1.5B beside other work took over the 30 min default) that the executor was still playing."""
+    llm = LLMSettings.for_role("executor")   # as this process's environment says (`skillos up` shares it)
+    per_turn = (llm.max_retries + 1) * llm.timeout_s + 120.0   # 120: the executor's env call bound
+    return max(DEFAULT_EPISODE_TIMEOUT_S, max_turns * per_turn + 60.0)
 
 
 def writer_llm(llms: dict[str, dict[str, str]]):
@@ -171,7 +181,8 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
             AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token,
                                  timeout=REPO_TIMEOUT_S) as repo_client, \
             AsyncCuratorClient(opts.urls["curator"], token=opts.token) as curator, \
-            AsyncExecutorClient(opts.urls["executor"], token=opts.token) as executor, \
+            AsyncExecutorClient(opts.urls["executor"], token=opts.token, timeout=episode_timeout_s(opts.max_turns)) \
+            as executor, \
             writer_llm(opts.llms) as writer:
         if not opts.split:
             opts.split = await default_split(env_client, opts.env)

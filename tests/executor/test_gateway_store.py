@@ -109,3 +109,64 @@ def test_the_gateway_keeps_trajectories_in_the_skill_repos_postgresql_unless_tol
     assert database_of(ExecutorSettings(_env_file=None, database_url="sqlite:///./skillos-skillrepo.db")) \
         == EMBEDDED_DATABASE
     assert database_of(ExecutorSettings(_env_file=None)) == EMBEDDED_DATABASE
+
+
+def _schema_diff(url: str) -> list:
+    """What Alembic's autogenerate would change: the migrated tables against `tables.metadata`."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from services.executor.gateway.trajectories.tables import VERSION_TABLE, metadata
+
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={
+            "version_table": VERSION_TABLE, "compare_type": True,
+            "include_object": lambda o, name, type_, r, c: type_ != "table" or name.startswith("gateway_")})
+        diff = compare_metadata(ctx, metadata)
+    engine.dispose()
+    return diff
+
+
+def _version(url: str) -> str | None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        v = conn.execute(text("SELECT version_num FROM gateway_alembic_version")).scalar()
+    engine.dispose()
+    return v
+
+
+def test_the_tables_are_made_by_migrations_that_match_the_code(store_url):
+    """Alembic makes the tables (its own version table: they may share the skill repo's database), and what it
+    makes is what the code declares: a change to `tables.py` without a migration fails here."""
+    store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
+    store.create("m1", "default", "heat a mug", "m", SKILLS)
+    store.close()
+    assert _version(store_url) == "0001"
+    assert _schema_diff(store_url) == []
+    again = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)   # a restart: nothing to do, data kept
+    assert again.get("m1").task == "heat a mug"
+    again.close()
+
+
+def test_a_database_made_before_migrations_is_adopted_with_its_trajectories(store_url):
+    """An older gateway made the tables with create_all and no version table: the first start with migrations
+    stamps them (same schema as revision 0001) instead of failing to create them again."""
+    from sqlalchemy import create_engine, insert
+
+    from services.executor.gateway.trajectories.tables import metadata, trajectories
+
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        metadata.create_all(conn)
+        conn.execute(insert(trajectories).values(
+            id="old", repo="default", task="cool a pan", model="m", skills="[]", status="open", created_at=1.0,
+            updated_at=1.0, calls=0, bytes=0, seen_messages=0, truncated=False))
+    engine.dispose()
+    store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
+    assert store.get("old").task == "cool a pan"
+    store.close()
+    assert _version(store_url) == "0001"

@@ -13,71 +13,31 @@ outcome for the TTL; never curated). Every change is one statement or one transa
 one database agree: only the process whose claim succeeded curates, and a claim left by a process that
 died is taken over once it is ``stale_s`` old.
 
-The tables are created on first use (``create_all``: the gateway's own two tables, no migrations yet).
+The tables (`tables.py`) are made and kept up to date by Alembic on first use (`migrate`), one process at a
+time; a database whose tables an older gateway made without migrations is adopted (stamped) first.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    insert,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import insert, inspect, select, text, update
+from sqlalchemy.engine import Connection, Engine, make_url
 
+from services.executor.gateway.trajectories.tables import VERSION_TABLE, calls, trajectories
 from skillos.db import make_engine
 
-metadata = MetaData()
-_PG_CREATE_LOCK = 724_002  # pg_advisory_xact_lock key of the table creation (the skill repo's migration: 724_001)
+_PG_MIGRATION_LOCK = 724_002  # pg_advisory_lock key of the migration (the skill repo's: 724_001)
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_FIRST = "0001"   # the schema create_all made before there were migrations
 
-trajectories = Table(
-    "gateway_trajectories", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("repo", String(128), nullable=False),
-    Column("task", Text, nullable=False),
-    Column("model", String(256), nullable=False),
-    Column("skills", Text, nullable=False),           # JSON: [{name, description, body, version}]
-    Column("status", String(16), nullable=False),
-    Column("created_at", Float, nullable=False),      # unix seconds
-    Column("updated_at", Float, nullable=False),
-    Column("calls", Integer, nullable=False, default=0),
-    Column("bytes", Integer, nullable=False, default=0),
-    Column("seen_messages", Integer, nullable=False, default=0),  # the client's messages in its last call
-    Column("truncated", Boolean, nullable=False, default=False),
-    Column("outcome", Text, nullable=True),           # JSON: {success, score, feedback}
-    Column("curation", Text, nullable=True),          # JSON: the curator's verdicts, or why it failed
-    Column("claimed_at", Float, nullable=True),       # when a process began curating it
-)
-Index("ix_gateway_trajectories_status_updated", trajectories.c.status, trajectories.c.updated_at)
-
-calls = Table(
-    "gateway_calls", metadata,
-    Column("trajectory_id", String(64), ForeignKey("gateway_trajectories.id", ondelete="CASCADE"),
-           primary_key=True),
-    Column("seq", Integer, primary_key=True),
-    Column("created_at", Float, nullable=False),
-    Column("messages", Text, nullable=False),         # JSON: the messages new in this call
-    Column("response", Text, nullable=False),         # JSON: the answer's message and finish reason
-    Column("usage", Text, nullable=True),             # JSON: the backend's usage counts
-)
 
 OPEN, CLOSED, CURATING, CURATED, FAILED, EXPIRED = "open", "closed", "curating", "curated", "failed", "expired"
 
@@ -112,6 +72,43 @@ def _row(r) -> TrajectoryRow:
                          outcome=_loads(r.outcome), curation=_loads(r.curation))
 
 
+def _upgrade(conn: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["connection"] = conn
+    tables = set(inspect(conn).get_table_names())
+    if trajectories.name in tables and VERSION_TABLE not in tables:
+        command.stamp(cfg, _FIRST)   # made by create_all before migrations: the same schema as 0001
+    command.upgrade(cfg, "head")
+
+
+def migrate(engine: Engine) -> None:
+    """`alembic upgrade head` of the gateway's tables; processes starting together take turns (PostgreSQL: an
+    advisory lock; a SQLite file: a lock file beside it)."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SET statement_timeout = 0"))   # waiting for another replica's migration
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+            conn.commit()
+            try:
+                _upgrade(conn)
+                conn.commit()
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                conn.commit()
+        else:
+            path = engine.url.database
+            lock_path = Path(f"{path}.migrate.lock") if path and path != ":memory:" else None
+            with open(lock_path, "a+") if lock_path else open(os.devnull) as lock:
+                if lock_path:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                _upgrade(conn)
+                conn.commit()
+
+
 class TrajectoryStore:
     """Blocking calls (run them in a thread from async code)."""
 
@@ -134,10 +131,7 @@ class TrajectoryStore:
             with self._lock:
                 if self._engine is None:
                     engine = make_engine(self.url, pool_size=8)
-                    with engine.begin() as conn:
-                        if engine.dialect.name == "postgresql":  # replicas starting together: one at a time
-                            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_CREATE_LOCK})
-                        metadata.create_all(conn)
+                    migrate(engine)
                     self._engine = engine
         return self._engine
 
