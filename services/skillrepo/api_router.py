@@ -58,15 +58,19 @@ async def service(request: Request) -> SkillRepoService:
 Svc = Annotated[SkillRepoService, Depends(service)]
 
 
-async def _db(svc: SkillRepoService, method, *args):
-    """A service method (database work) in a worker thread, bounded by ``database_request_timeout_s``:
-    a database that stopped answering gets the request a 503 with Retry-After, not a hang."""
-    limit = svc.settings.database_request_timeout_s
+async def _db(svc: SkillRepoService, method, *args, whole_repo: bool = False):
+    """A service method (database work) in a worker thread, bounded by ``database_request_timeout_s``
+    (``database_bulk_timeout_s`` for the work on a whole repo: import, export, fork, snapshots, whose time
+    grows with the repo): a database that stopped answering gets the request a 503 with Retry-After, not a
+    hang."""
+    s = svc.settings
+    limit, name = ((s.database_bulk_timeout_s, "SKILLOS_DATABASE_BULK_TIMEOUT_S") if whole_repo
+                   else (s.database_request_timeout_s, "SKILLOS_DATABASE_REQUEST_TIMEOUT_S"))
     try:
         return await run_bounded(method, *args, timeout_s=limit)
     except TimeoutError:
         raise unavailable("database", f"the database did not answer within {limit:g} s "
-                          "(SKILLOS_DATABASE_REQUEST_TIMEOUT_S); a write may still be applied: retry it with the same "
+                          f"({name}); a write may still be applied: retry it with the same "
                           "idempotency_key (or If-Match) to apply it once", svc.settings.database_retry_after_s) from None
 
 
@@ -152,7 +156,7 @@ async def delete_repo(repo: str, svc: Svc, auth: Auth) -> Response:
 async def fork_repo(repo: str, body: ForkRequest, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
     auth.require(body.name, write=True)
-    return await _db(svc, svc.fork_repo, repo, body.name, body.snapshot)
+    return await _db(svc, svc.fork_repo, repo, body.name, body.snapshot, whole_repo=True)
 
 
 # --- skills ---
@@ -295,7 +299,7 @@ async def index_status(repo: str, svc: Svc, auth: Auth) -> IndexStatus:
             summary="A tar.gz of <name>/SKILL.md folders")
 async def export(repo: str, svc: Svc, auth: Auth) -> Response:
     auth.require(repo)
-    data = await _db(svc, svc.export, repo)
+    data = await _db(svc, svc.export, repo, whole_repo=True)
     return Response(data, media_type="application/gzip",
                     headers={"Content-Disposition": f'attachment; filename="{repo}.tar.gz"'})
 
@@ -306,14 +310,14 @@ async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
                   replace: Annotated[bool, Query(description="also delete skills not in the archive")] = False):
     auth.require(repo, write=True)
     data = await _body(request, svc)
-    return await _db(svc, svc.import_, repo, data, replace)
+    return await _db(svc, svc.import_, repo, data, replace, whole_repo=True)
 
 
 @router.post("/repos/{repo}/snapshots", status_code=201, response_model=Snapshot,
              summary="Remember the repo's skills under a label (a training step, a stream position)")
 async def create_snapshot(repo: str, body: SnapshotCreate, svc: Svc, auth: Auth) -> Snapshot:
     auth.require(repo, write=True)
-    return await _db(svc, svc.snapshot, repo, body.label)
+    return await _db(svc, svc.snapshot, repo, body.label, whole_repo=True)
 
 
 @router.get("/repos/{repo}/snapshots", response_model=SnapshotList, summary="The repo's snapshots")
@@ -326,4 +330,4 @@ async def list_snapshots(repo: str, svc: Svc, auth: Auth) -> SnapshotList:
              summary="Make the repo's skills what they were at the snapshot (new versions, history kept)")
 async def restore_snapshot(repo: str, label: str, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo, write=True)
-    return await _db(svc, svc.restore_snapshot, repo, label)
+    return await _db(svc, svc.restore_snapshot, repo, label, whole_repo=True)

@@ -22,6 +22,9 @@ class SkillRepoSettings(InboundAuthSettings):
     # the whole of one request's database work; past it the request is answered 503 (a database that stopped
     # answering without closing its connections, e.g. frozen or partitioned, would otherwise hold it forever)
     database_request_timeout_s: float = 30.0
+    # the same for the work on a whole repo (import, export, fork, snapshot, restore), which grows with its
+    # size: 50k skills import in seconds, a million in minutes (bench/RESULTS-skillrepo.md)
+    database_bulk_timeout_s: float = 600.0
     database_retry_after_s: int = 1
     redis_url: str | None = None
     redis_channel: str = "skillos:skillrepo:changes"

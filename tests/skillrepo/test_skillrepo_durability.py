@@ -134,3 +134,22 @@ def test_sqlite_synchronous_setting(tmp_path, setting, pragma):
     with engine.connect() as c:
         assert c.execute(text("PRAGMA synchronous")).scalar() == pragma
     engine.dispose()
+
+
+def test_work_on_a_whole_repo_has_its_own_bound(tmp_path):
+    """Import, export, fork and snapshots grow with the repo: they are bounded by SKILLOS_DATABASE_BULK_TIMEOUT_S,
+    not by the per-request bound that keeps a stuck database from holding a search or a write (here far too
+    short for anything: those get 503 with Retry-After, the whole-repo work goes through)."""
+    env = {"SKILLOS_DATABASE_URL": f"sqlite:///{tmp_path}/repo.db", "SKILLOS_DATABASE_REQUEST_TIMEOUT_S": "0.000001",
+           "SKILLOS_DATABASE_BULK_TIMEOUT_S": "600"}
+    with run_service(["skillrepo", "--seed", "default"], env=env, tmp_path=tmp_path) as svc:
+        r = httpx.get(f"{svc.url}/v1/repos/default/skills", timeout=30)
+        assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+        assert "SKILLOS_DATABASE_REQUEST_TIMEOUT_S" in r.json()["error"]["message"]
+        archive = httpx.get(f"{svc.url}/v1/repos/default/export", timeout=60)
+        assert archive.status_code == 200 and archive.content, archive.text
+        r = httpx.post(f"{svc.url}/v1/repos/default/import", params={"replace": "true"}, content=archive.content,
+                       headers={"Content-Type": "application/octet-stream"}, timeout=60)
+        assert r.status_code == 200, r.text
+        r = httpx.post(f"{svc.url}/v1/repos/default/fork", json={"name": "copy"}, timeout=60)
+        assert r.status_code in (200, 201), r.text
