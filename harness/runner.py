@@ -33,7 +33,7 @@ from skillos.methods import METHODS, MethodConfigError, StreamContext, build_met
 from skillos.models import MODELS
 from skillos.protocol.runs import RunFolder
 from skillos.protocol.skillrepo import SEARCH_MODES
-from skillos.stream import StreamConfig, TaskRecord, TaskSpec, run_stream
+from skillos.stream import StreamConfig, TaskRecord, TaskSlots, TaskSpec, run_stream
 
 # the methods' first dense search on a fresh skill repo loads its encoder (~8 s idle, more on a busy machine)
 REPO_TIMEOUT_S = 180.0
@@ -194,7 +194,7 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                 await repo_client.get_repo(opts.from_repo)
             except SkillRepoError as e:
                 raise ValueError(f"--from-repo {opts.from_repo!r}: {e.message}") from None
-        semaphore = asyncio.Semaphore(max(1, opts.concurrency))
+        semaphore = TaskSlots(opts.concurrency)   # the streams' episodes, earliest task first: pairs advance together
         plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
                   "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order,

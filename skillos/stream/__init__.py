@@ -8,7 +8,7 @@
 No I/O of its own: the executor, the curator and the repo are passed in.
 """
 
-from skillos.stream.loop import StreamMethod, run_stream
+from skillos.stream.loop import StreamMethod, TaskSlots, run_stream
 from skillos.stream.step import (
     curate,
     curate_trajectory,
@@ -30,5 +30,5 @@ from skillos.stream.types import (
 )
 
 __all__ = ["TASK_POSITION", "CuratorLike", "ExecutorLike", "OpRecord", "RepoLike", "StreamConfig", "StreamMethod",
-           "TaskRecord", "TaskSpec", "curate", "curate_trajectory", "new_record", "play_episode", "run_stream",
+           "TaskRecord", "TaskSlots", "TaskSpec", "curate", "curate_trajectory", "new_record", "play_episode", "run_stream",
            "skills_used", "trajectory_of", "verdict"]

@@ -12,7 +12,10 @@ the tasks in order (or overlapping, for a method without memory).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from skillos.stream.types import TASK_POSITION, TaskRecord, TaskSpec
@@ -31,20 +34,59 @@ class StreamMethod(Protocol):
     async def play(self, position: int, spec: TaskSpec, ctx: Any) -> TaskRecord: ...
 
 
+class TaskSlots:
+    """At most ``n`` episodes at once over every stream of a run, the earliest task position first (a
+    semaphore grants them in arrival order: a stream that queued all its tasks first, e.g. No Memory while
+    a method was still setting up, would play all of them before the other began). Streams side by side (a
+    method and its baseline) so advance together, and a run stopped early holds whole pairs."""
+
+    def __init__(self, n: int):
+        self._free = max(1, n)
+        self._waiting: list[tuple[int, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    @asynccontextmanager
+    async def take(self, position: int) -> AsyncIterator[None]:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+        else:
+            granted = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiting, (position, next(self._order), granted))
+            try:
+                await granted
+            except asyncio.CancelledError:
+                if granted.done() and not granted.cancelled():
+                    self._release()   # granted as we were cancelled: pass the slot on
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, waiter = heapq.heappop(self._waiting)
+            if not waiter.done():   # a waiter cancelled while queued is skipped
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 async def run_stream(tasks: list[TaskSpec], method: StreamMethod, ctx: Any, *,
-                     semaphore: asyncio.Semaphore | None = None,
+                     semaphore: asyncio.Semaphore | TaskSlots | None = None,
                      on_task: Callable[[TaskRecord], Awaitable[None] | None] | None = None) -> list[TaskRecord]:
     """Play ``tasks`` in order with a built ``method`` (`skillos.methods.build_method`) in ``ctx`` (its
     `skillos.methods.StreamContext`: the stream's configuration, the executor, the curator, the repo and
     the method's writer). A method with a memory plays the steps one after another (each task sees the
-    repo as the previous one left it); "none" plays them independently, overlapping up to ``semaphore``.
+    repo as the previous one left it); "none" plays them independently, overlapping up to ``semaphore`` (a
+    `TaskSlots` shared by the streams of a run: the earliest positions first).
     ``on_task(record)`` (may be a coroutine function) is called as each task ends."""
     method.check(ctx)
     await method.setup(ctx)
     semaphore = semaphore or asyncio.Semaphore(1)
 
     async def one(position: int, spec: TaskSpec) -> TaskRecord:
-        async with semaphore:
+        async with (semaphore.take(position) if isinstance(semaphore, TaskSlots) else semaphore):
             token = TASK_POSITION.set(position)
             try:
                 record = await method.play(position, spec, ctx)
