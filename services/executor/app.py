@@ -42,7 +42,7 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.executor = Executor(settings, llm_settings)
-        gateway = Gateway(settings, llm_settings)
+        gateway = Gateway(settings, llm_settings, judge=app.state.executor.judge)
         gateway.attach(app)
         gateway.start()
         try:

@@ -42,6 +42,9 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     # an open trajectory with no call for this long expires without curation
     gateway_trajectory_ttl_s: float = Field(3600.0, gt=0)
     gateway_sweep_interval_s: float = Field(30.0, gt=0)
+    # an idle trajectory judged by the executor's own model (the paper's self-judge) and curated with that
+    # outcome, instead of expiring uncurated; off: only what an agent reports is learned from
+    gateway_judge_expired: bool = False
     # the curator's time for one trajectory, and the tries when it is unreachable
     gateway_curator_timeout_s: float = Field(600.0, gt=0)
     gateway_curator_retries: int = Field(3, ge=0)

@@ -301,6 +301,26 @@ def test_trajectories_survive_a_restart_and_expire_after_the_ttl(embedded_llm, g
         assert r.status_code == 409
 
 
+@pytest.mark.timeout(900)
+def test_with_the_self_judge_on_an_idle_trajectory_is_judged_and_curated_not_dropped(embedded_llm, pg_server_url,
+                                                                                   skillrepo, curator, model,
+                                                                                   tmp_path):
+    """SKILLOS_GATEWAY_JUDGE_EXPIRED: an agent that never reports an outcome still teaches the curator: after the
+    TTL the executor's own model judges the recorded calls (the paper's self-judge) and the trajectory is closed
+    with that outcome, marked as judged, and handed to the curator."""
+    with pg_database(pg_server_url) as db, \
+            gateway_on(embedded_llm, db, skillrepo, curator, tmp_path, gateway_trajectory_ttl_s=1,
+                       gateway_sweep_interval_s=0.5, gateway_judge_expired="true") as gw:
+        c = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        raw = c.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}], **SMALL)
+        tid = raw.headers["X-SkillOS-Trajectory"]
+        t = _wait_for(gw, tid, ("closed", "curating", "curated", "failed", "expired"), timeout=600)
+        assert t["status"] != "expired", t
+        assert t["outcome"]["judged"] is True and "self-judge" in t["outcome"]["feedback"], t
+        assert isinstance(t["outcome"]["success"], bool)
+
+
 def test_the_calls_of_a_trajectory_are_bounded(embedded_llm, gateway_db, skillrepo, curator, model, tmp_path):
     with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path, gateway_max_calls=2) as svc:
         c = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0, timeout=600)

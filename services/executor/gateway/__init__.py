@@ -42,7 +42,9 @@ def add_routes(app: FastAPI) -> None:
 class Gateway:
     """The gateway's parts of one process; `start` in the app's lifespan, `aclose` at its end."""
 
-    def __init__(self, settings: ExecutorSettings, llm: LLMSettings):
+    def __init__(self, settings: ExecutorSettings, llm: LLMSettings, judge=None):
+        """``judge``: the executor's own `judge` (a `JudgeRequest` in, a `JudgeResponse` out), used on idle
+        trajectories when ``gateway_judge_expired`` is on."""
         self.store = TrajectoryStore(database_of(settings), settings.gateway_max_calls,
                                      settings.gateway_max_trajectory_bytes)
         names = [m.strip() for m in settings.gateway_models.split(",") if m.strip()] or [llm.model]
@@ -53,7 +55,8 @@ class Gateway:
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
-            curator_retries=settings.gateway_curator_retries)
+            curator_retries=settings.gateway_curator_retries,
+            judge=judge if settings.gateway_judge_expired else None)
 
     def attach(self, app: FastAPI) -> None:
         app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories

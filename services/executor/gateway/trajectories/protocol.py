@@ -17,6 +17,11 @@ class OutcomeRequest(BaseModel):
     feedback: str | None = Field(None, max_length=4000, description="what went well or wrong, in words")
 
 
+class RecordedOutcome(OutcomeRequest):
+    judged: bool = Field(False, description="given by the executor's self-judge once the trajectory was idle for "
+                                            "the TTL (SKILLOS_GATEWAY_JUDGE_EXPIRED), not reported by the agent")
+
+
 class OutcomeResponse(BaseModel):
     id: str
     status: TrajectoryStatus
@@ -43,6 +48,6 @@ class TrajectoryInfo(BaseModel):
     calls: int = Field(description="calls recorded")
     bytes: int
     truncated: bool = Field(description="calls past the bounds were answered and not recorded")
-    outcome: OutcomeRequest | None = None
+    outcome: RecordedOutcome | None = None
     curation: dict[str, Any] | None = Field(None, description="the curator's verdicts (curated) or why it failed")
     recorded: list[RecordedCall] | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import Counter
@@ -21,6 +22,7 @@ from services.executor.gateway.trajectories.protocol import (
     OutcomeRequest,
     OutcomeResponse,
     RecordedCall,
+    RecordedOutcome,
     TrajectoryInfo,
 )
 from services.executor.gateway.trajectories.store import (
@@ -33,8 +35,10 @@ from services.executor.gateway.trajectories.store import (
 )
 from skillos.auth import Grant
 from skillos.clients.curator import AsyncCuratorClient, CuratorError
+from skillos.errors import APIError
 from skillos.logging import get_logger
 from skillos.protocol.curator import CurateRequest, RetrievedSkill, Trajectory, TrajectoryTurn
+from skillos.protocol.executor import HistoryStep, JudgeRequest, JudgeResponse
 from skillos.protocol.skillrepo import OpOrigin
 
 log = get_logger("gateway")
@@ -103,11 +107,12 @@ def info(row: TrajectoryRow, with_calls: bool = False) -> TrajectoryInfo:
     return TrajectoryInfo(
         id=row.id, repo=row.repo, task=row.task, model=row.model, skills=[s["name"] for s in row.skills],
         status=row.status, created_at=row.created_at, updated_at=row.updated_at, calls=row.calls, bytes=row.bytes,
-        truncated=row.truncated, outcome=OutcomeRequest(**row.outcome) if row.outcome else None,
+        truncated=row.truncated, outcome=RecordedOutcome(**row.outcome) if row.outcome else None,
         curation=row.curation,
         recorded=[RecordedCall(**c) for c in row.recorded] if with_calls else None)
 
 
+MAX_JUDGED = 8   # idle trajectories judged per sweep (one LLM call each); the rest wait for the next sweep
 MAX_QUEUED = 64  # curations one process queues at once (a sweep after a long curator outage)
 
 
@@ -115,8 +120,11 @@ class Trajectories:
     """The outcome route's work, the background curation and the expiry sweep of one process."""
 
     def __init__(self, store: TrajectoryStore, curator_url: str, token: str | None, *, ttl_s: float,
-                 sweep_interval_s: float, curator_timeout_s: float, curator_retries: int):
+                 sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
+                 judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None):
         self.store = store
+        # with a judge, an idle trajectory is judged by the executor's own model and curated, not dropped
+        self.judge = judge
         self.ttl_s, self.sweep_interval_s = ttl_s, sweep_interval_s
         self.retries = curator_retries
         # a claim older than the longest a curation can take belongs to a process that died
@@ -151,14 +159,40 @@ class Trajectories:
         """Expire idle open trajectories; hand closed ones nobody is curating to the curator."""
         if not self.store.exists:
             return
-        expired = await self._db(self.store.expire, self.ttl_s)
-        for tid in expired:
-            TRAJECTORIES.labels("expired").inc()
-            log.info("trajectory_expired", trajectory=tid)
+        if self.judge is not None:
+            await self._judge_idle()
+        else:
+            expired = await self._db(self.store.expire, self.ttl_s)
+            for tid in expired:
+                TRAJECTORIES.labels("expired").inc()
+                log.info("trajectory_expired", trajectory=tid)
         if len(self._running) >= MAX_QUEUED:   # the last batch is still being worked off
             return
         for tid in await self._db(self.store.pending, self.stale_s, MAX_QUEUED):
             self.schedule(tid)
+
+    async def _judge_idle(self) -> None:
+        """Idle trajectories (a batch per sweep; the rest wait for the next) judged by the executor's own
+        model, as the paper's stream judges an episode, and handed to the curator with that outcome; one the
+        judge cannot answer expires uncurated."""
+        for row in await self._db(self.store.idle, self.ttl_s, MAX_JUDGED):
+            turns = [HistoryStep(observation=t.observation[:MAX_FIELD_CHARS], thought=t.thought[:4096],
+                                 action=t.action[:4096]) for t in curator_trajectory(row).turns[:-1]]
+            try:
+                verdict = await self.judge(JudgeRequest(task=row.task[:20_000] or row.id, turns=turns,
+                                                        final_answer="" if turns else "(no call recorded)"))
+            except APIError as e:   # the LLM backend down or unreadable (502): nothing to curate from
+                log.warning("trajectory_judge_failed", trajectory=row.id, error=str(e)[:300])
+                if await self._db(self.store.expire_one, row.id, row.updated_at):
+                    TRAJECTORIES.labels("expired").inc()
+                continue
+            outcome = {"success": verdict.success, "score": None, "judged": True,
+                       "feedback": "no outcome was reported within the TTL; the executor's self-judge said "
+                                   f"{'success' if verdict.success else 'failure'}: {verdict.reason}"[:4000]}
+            if await self._db(self.store.close_idle, row.id, outcome, row.updated_at):
+                TRAJECTORIES.labels("judged").inc()
+                log.info("trajectory_judged", trajectory=row.id, success=verdict.success)
+                self.schedule(row.id)
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -9,7 +9,8 @@ recorded, and the trajectory is marked ``truncated``.
 
 States: ``open`` (calls are recorded) → ``closed`` (an outcome came; waiting for the curator) →
 ``curating`` (one process claimed it) → ``curated`` or ``failed``; ``open`` → ``expired`` (no call and no
-outcome for the TTL; never curated). Every change is one statement or one transaction, so two replicas on
+outcome for the TTL; never curated), or, with the self-judge on expiry, ``open`` → ``closed`` with the judged
+outcome. Every change is one statement or one transaction, so two replicas on
 one database agree: only the process whose claim succeeded curates, and a claim left by a process that
 died is taken over once it is ``stale_s`` old.
 
@@ -224,6 +225,28 @@ class TrajectoryStore:
             return [r.id for r in c.execute(select(trajectories.c.id)
                                             .where(self._claimable(time.time(), stale_s))
                                             .order_by(trajectories.c.updated_at).limit(limit))]
+
+    def idle(self, ttl_s: float, limit: int) -> list[TrajectoryRow]:
+        """Open trajectories idle for ``ttl_s``, oldest first, with their calls (for the self-judge)."""
+        t, now = trajectories.c, time.time()
+        with self.engine.connect() as c:
+            ids = [r.id for r in c.execute(select(t.id).where(t.status == OPEN, t.updated_at < now - ttl_s)
+                                           .order_by(t.updated_at).limit(limit))]
+        return [row for row in (self.get(tid, with_calls=True) for tid in ids) if row is not None]
+
+    def close_idle(self, tid: str, outcome: dict[str, Any], idle_since: float) -> bool:
+        """open → closed with a judged outcome, unless a call came after ``idle_since`` (it is not idle then)."""
+        t = trajectories.c
+        with self.engine.begin() as c:
+            return c.execute(update(trajectories).where(t.id == tid, t.status == OPEN, t.updated_at == idle_since)
+                             .values(status=CLOSED, outcome=json.dumps(outcome), updated_at=time.time())
+                             .returning(t.id)).first() is not None
+
+    def expire_one(self, tid: str, idle_since: float) -> bool:
+        t = trajectories.c
+        with self.engine.begin() as c:
+            return c.execute(update(trajectories).where(t.id == tid, t.status == OPEN, t.updated_at == idle_since)
+                             .values(status=EXPIRED, updated_at=time.time()).returning(t.id)).first() is not None
 
     def expire(self, ttl_s: float) -> list[str]:
         """Open trajectories idle for ``ttl_s`` → expired; their ids."""
