@@ -15,7 +15,8 @@ bench: setup
 	.venv/bin/python -m bench
 
 # Faults under load on real processes, real PostgreSQL and Redis of its own (bench/chaos.py; ~2 min);
-# CHAOS_ARGS="--append bench/RESULTS-reliability.md" adds the section to the results
+# CHAOS_ARGS="--append bench/RESULTS-reliability.md" adds the section to the results; CHAOS_ARGS="--scenario 3":
+# an env replica killed mid-episode (embedded SmolLM2, two ALFWorld replicas behind a proxy; ~2-4 min)
 chaos: setup
 	.venv/bin/python -m bench.chaos $(CHAOS_ARGS)
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.chaos                       # scenarios 1 and 2 in full (about 2 minutes)
     .venv/bin/python -m bench.chaos --scenario 1          # one of them
+    .venv/bin/python -m bench.chaos --scenario 3          # an env replica killed mid-episode (about 2 minutes)
     .venv/bin/python -m bench.chaos --append bench/RESULTS-reliability.md   # and add the section there
 
 Everything is real: `skillos serve skillrepo` processes, a PostgreSQL cluster and a Redis server of the suite's
@@ -22,6 +23,15 @@ compares the final state, read straight from PostgreSQL, with that history (Jeps
    killed (SIGKILL) and restarted, then frozen (SIGSTOP) and thawed. Checked: no 5xx, 0 stale reads, 0
    lost, writes not slowed by the dead Redis, the lag bounded by the reconcile interval while Redis is
    gone and back to announcement speed after, both indexes equal the table.
+3. **An env replica killed mid-episode** (`env_replica_loss`, ``--scenario 3``, not in the default run: it
+   needs the ALFWorld data and starts the embedded LLM): the executor on SmolLM2-135M, two ALFWorld replicas
+   behind a round-robin TCP proxy standing for the Kubernetes Service (each replica advertising its own
+   address), 8 clients posting No Memory episodes one after another; once sessions are open on both
+   replicas, replica a's process group is SIGKILLed. Checked: every answer a 200 (the one exception allowed:
+   a create that the kill itself cut, 502 ``upstream_unavailable``), none slower than the hang bound; the
+   episodes in flight on a end ``env_lost`` with an error saying why (at least one, at most the number in
+   flight); no episode started after the kill is lost or fails to start (the proxy sends new sessions to
+   b); every other episode ends won, done or max_turns; counts per stop reason.
 
 `tests/test_chaos.py` runs the same code with small parameters (seconds) and asserts the invariants.
 """
@@ -33,6 +43,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -656,6 +667,370 @@ def redis_invariants(r: dict) -> list[str]:
     return bad
 
 
+# --- scenario 3: an env replica killed mid-episode ---
+
+class ServeProcess:
+    """`skillos serve <args>` as a real process on loopback, in a process group of its own, so that a kill
+    takes its children too (an env replica's game workers, the LLM's llama-server), as a pod's death does."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log, self.name = log, args[0]
+        full_env = {**os.environ, "SKILLOS_LOG_FORMAT": "json", **env}
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "skillos.cli", "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT, start_new_session=True)
+
+    def wait_healthy(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s:\n{self.logs()[-3000:]}")
+            time.sleep(0.3)
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def _killpg(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> float:
+        """SIGKILL to the whole process group; the moment it is dead."""
+        self._killpg()
+        self.proc.wait(timeout=10)
+        return time.monotonic()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        self._killpg()  # whatever of the group is left (workers, llama-server)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=10)
+
+
+class RoundRobinTCP:
+    """The Kubernetes Service in front of the env replicas: each new connection goes to the next backend, one
+    whose connect fails is skipped (as a Service stops sending to a pod that is gone). Bytes are piped as they
+    come; a backend that dies cuts the connections it held."""
+
+    def __init__(self, backends: dict[str, int]):
+        self.backends = list(backends.items())
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.turn, self.lock = 0, threading.Lock()
+        self.routed: Counter = Counter()   # backend -> connections sent there
+        self.skipped: Counter = Counter()  # backend -> connects that failed (and went to the next one)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        up = None
+        for _ in range(len(self.backends)):
+            with self.lock:
+                name, port = self.backends[self.turn % len(self.backends)]
+                self.turn += 1
+            try:
+                up = socket.create_connection(("127.0.0.1", port), timeout=2)
+                up.settimeout(None)
+                break
+            except OSError:
+                with self.lock:
+                    self.skipped[name] += 1
+        if up is None:
+            conn.close()
+            return
+        with self.lock:
+            self.routed[name] += 1
+        t = threading.Thread(target=self._pipe, args=(up, conn), daemon=True)
+        t.start()
+        self._pipe(conn, up)
+        t.join()
+        conn.close()
+        up.close()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:  # reset: cut both ways, so that the other direction ends too
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Episode:
+    client: int
+    index: int
+    start: float
+    end: float
+    status: int               # HTTP status; 0: connection failed; -1: no answer within the hang bound
+    stop_reason: str | None = None
+    error: str | None = None  # the episode's error (200) or the error body's message
+    code: str | None = None   # the error body's code (non-200)
+    steps: int = 0
+
+
+NORMAL_ENDS = ("won", "done", "max_turns")
+
+
+def episode_stream(url: str, client: int, clients: int, n_tasks: int, max_turns: int, max_tokens: int,
+                   stop: threading.Event, out: list[Episode], lock: threading.Lock, hang_s: float) -> None:
+    """Posts No Memory ALFWorld episodes one after another (distinct indexes per client) until ``stop``;
+    the one in flight when ``stop`` is set is let finish. The generic demonstration only (no expert one of
+    the task's type): shorter prompts, as the agent's quality is not what is measured here."""
+    with httpx.Client(base_url=url, timeout=hang_s) as h:
+        k = 0
+        while not stop.is_set():
+            index = (client + k * clients) % n_tasks
+            k += 1
+            start = time.monotonic()
+            try:
+                r = h.post("/v1/episodes", json={"env": "alfworld", "split": "valid_seen", "index": index,
+                                                 "max_turns": max_turns, "seed": 0,
+                                                 "sampling": {"max_tokens": max_tokens},
+                                                 "acting": {"demos_per_type": 0}})
+            except httpx.TimeoutException:
+                ep = Episode(client, index, start, time.monotonic(), -1, error="no answer within the hang bound")
+            except httpx.TransportError as e:
+                ep = Episode(client, index, start, time.monotonic(), 0, error=repr(e))
+            else:
+                end = time.monotonic()
+                try:
+                    body = r.json()
+                except ValueError:
+                    body = {}
+                if r.status_code == 200:
+                    ep = Episode(client, index, start, end, 200, body.get("stop_reason"), body.get("error"),
+                                 steps=body.get("steps", 0))
+                else:
+                    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+                    ep = Episode(client, index, start, end, r.status_code, error=err.get("message", r.text[:300]),
+                                 code=err.get("code", "not-the-error-shape"))
+            with lock:
+                out.append(ep)
+            if ep.status != 200:
+                stop.wait(0.5)  # no hot loop against a failing executor
+
+
+def _open_sessions(url: str) -> int:
+    try:
+        return httpx.get(f"{url}/v1/sessions", timeout=5).json()["count"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return -1
+
+
+def env_replica_loss(*, clients: int = 8, max_turns: int = 6, max_tokens: int = 48, warmup_s: float = 30.0,
+                     after_s: float = 40.0, grace_s: float = 1.0, hang_s: float = 300.0,
+                     workdir: Path | None = None, alfworld_data: Path | None = None) -> dict:
+    """Scenario 3: ``clients`` streams of ALFWorld episodes through the executor, whose env URL is a round-robin
+    proxy in front of two replicas; replica a SIGKILLed (its whole process group) mid-episode, once
+    ``warmup_s`` have passed and sessions are open on both replicas. The load goes on ``after_s`` more, and
+    past that until an episode started after the kill has been answered (at most ``hang_s``): on a slow
+    machine an episode can outlast ``after_s``, and the stream going on is what is checked."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="skillos-chaos-"))
+    data = alfworld_data or Path(os.environ.get("SKILLOS_ALFWORLD_DATA", ROOT.parent / "shared" / "data" / "alfworld"))
+    if not (data / "json_2.1.1").is_dir():
+        raise RuntimeError(f"ALFWorld data missing at {data} (set SKILLOS_ALFWORLD_DATA)")
+    procs: list[ServeProcess] = []
+    proxy = None
+    try:
+        llm = ServeProcess(["llm", "--model", "smollm2-135m-instruct"], {
+            "SKILLOS_LLM_N_THREADS": "1", "SKILLOS_LLM_PARALLEL": str(min(clients, 8))}, workdir / "llm.log")
+        procs.append(llm)
+        replicas = {}
+        for name in ("a", "b"):
+            port = free_port()
+            replicas[name] = ServeProcess(["alfworld"], {
+                "SKILLOS_ALFWORLD_DATA": str(data), "SKILLOS_ALFWORLD_SPARE_WORKERS": "1",
+                "SKILLOS_ENV_REPLICA_ID": name, "SKILLOS_ENV_ADVERTISE_URL": f"http://127.0.0.1:{port}",
+                "SKILLOS_ENV_DRAIN_TIMEOUT_S": "0"}, workdir / f"alfworld-{name}.log", port=port)
+            procs.append(replicas[name])
+        proxy = RoundRobinTCP({n: r.port for n, r in replicas.items()})
+        executor = ServeProcess(["executor"], {
+            "SKILLOS_ALFWORLD_URL": proxy.url, "SKILLOS_EXECUTOR_LLM_BASE_URL": f"{llm.url}/v1",
+            "SKILLOS_EXECUTOR_LLM_MODEL": "smollm2-135m-instruct", "SKILLOS_SKILLREPO_URL": "http://127.0.0.1:9",
+            # a loaded machine's first prompts can take over a minute: no LLM timeout and retry mid-scenario
+            "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": str(hang_s), "SKILLOS_EXECUTOR_LLM_MAX_RETRIES": "0",
+            "SKILLOS_EXECUTOR_MAX_CONCURRENT_EPISODES": str(max(8, clients))}, workdir / "executor.log")
+        procs.append(executor)
+        for p in procs:  # all started at once; on a loaded machine the replicas' imports take a while
+            p.wait_healthy(300)
+        n_tasks = httpx.get(f"{replicas['b'].url}/v1/tasks", params={"split": "valid_seen"}, timeout=60).json()["count"]
+
+        episodes: list[Episode] = []
+        lock, stop = threading.Lock(), threading.Event()
+        threads = [threading.Thread(target=episode_stream, args=(executor.url, c, clients, n_tasks, max_turns,
+                                                                 max_tokens, stop, episodes, lock, hang_s), daemon=True)
+                   for c in range(clients)]
+        marks = {"begin": time.monotonic()}
+        for t in threads:
+            t.start()
+        time.sleep(warmup_s)
+        # kill only once sessions are open on both replicas (at most 60 s more), so that the kill is mid-episode
+        deadline = time.monotonic() + 60
+        while True:
+            open_at_kill = {n: _open_sessions(r.url) for n, r in replicas.items()}
+            if all(v > 0 for v in open_at_kill.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        marks["kill"] = replicas["a"].kill()
+        time.sleep(after_s)
+        deadline = time.monotonic() + hang_s
+        while time.monotonic() < deadline:
+            with lock:
+                if any(e.start >= marks["kill"] + grace_s for e in episodes):
+                    break
+            time.sleep(0.5)
+        marks["stop"] = time.monotonic()
+        stop.set()
+        for t in threads:
+            t.join(timeout=hang_s + 30)
+        marks["end"] = time.monotonic()
+        still_running = sum(t.is_alive() for t in threads)
+        logs = executor.logs()
+        routed, skipped = dict(proxy.routed), dict(proxy.skipped)
+    finally:
+        if proxy is not None:
+            proxy.close()
+        for p in reversed(procs):
+            p.stop()
+
+    kill = marks["kill"]
+    rel = lambda x: round(x - marks["begin"], 1)
+    in_flight = [e for e in episodes if e.start < kill < e.end]
+    after = [e for e in episodes if e.start >= kill + grace_s]
+    lost = [e for e in episodes if e.status == 200 and e.stop_reason == "env_lost"]
+    durations = [e.end - e.start for e in episodes]
+    return {
+        "scenario": "env_replica_loss", "clients": clients, "max_turns": max_turns, "max_tokens": max_tokens,
+        "warmup_s": warmup_s, "after_s": after_s, "grace_s": grace_s, "hang_s": hang_s,
+        "kill_at_s": rel(kill), "stop_at_s": rel(marks["stop"]), "end_at_s": rel(marks["end"]),
+        "open_sessions_at_kill": open_at_kill, "clients_still_running": still_running,
+        "episodes": [vars(e) | {"start": rel(e.start), "end": rel(e.end)} for e in episodes],
+        "n": len(episodes), "statuses": dict(Counter(e.status for e in episodes)),
+        "stop_reasons": dict(Counter(e.stop_reason for e in episodes if e.status == 200)),
+        "in_flight_at_kill": len(in_flight),
+        "in_flight_outcomes": dict(Counter(e.stop_reason if e.status == 200 else f"HTTP {e.status} {e.code}"
+                                           for e in in_flight)),
+        "lost": len(lost), "lost_not_in_flight": [vars(e) for e in lost if not (e.start < kill < e.end)],
+        "lost_errors": sorted({(e.error or "")[:160] for e in lost}),
+        "after_kill": len(after), "after_kill_statuses": dict(Counter(e.status for e in after)),
+        "after_kill_stop_reasons": dict(Counter(e.stop_reason for e in after if e.status == 200)),
+        "after_kill_finished": sum(1 for e in after if e.status == 200 and e.stop_reason in NORMAL_ENDS),
+        "failed_to_start": [vars(e) | {"start": rel(e.start), "end": rel(e.end)} for e in episodes if e.status != 200],
+        "max_s": round(max(durations), 1) if durations else 0.0,
+        "p50_s": round(_pct(durations, 50), 1) if durations else None,
+        "proxy_routed": routed, "proxy_skipped": skipped,
+        "unhandled_errors_logged": logs.count('"unhandled_error"'),
+    }
+
+
+def env_invariants(r: dict) -> list[str]:
+    """What scenario 3 must show; each broken invariant as a sentence (empty: all hold)."""
+    bad = []
+    eps, kill, grace = r["episodes"], r["kill_at_s"], r["grace_s"]
+    # the only answer other than 200 allowed: a create that the kill itself cut (in flight at the kill,
+    # started before it + grace), answered 502 upstream_unavailable; no session had been opened for it
+    excused = [e for e in r["failed_to_start"] if e["status"] == 502 and e["code"] == "upstream_unavailable"
+               and e["start"] < kill + grace and e["end"] >= kill]
+    others = [e for e in r["failed_to_start"] if e not in excused]
+    if others:
+        bad.append(f"{len(others)} answers other than 200 (besides a create cut by the kill): "
+                   f"{Counter((e['status'], e['code']) for e in others)}; first: {others[0]['error']!r:.200}")
+    if r["max_s"] >= r["hang_s"] or r["clients_still_running"]:
+        bad.append(f"an episode hung (slowest {r['max_s']} s, bound {r['hang_s']} s; "
+                   f"{r['clients_still_running']} clients never came back)")
+    if r["lost"] < 1:
+        bad.append(f"no episode ended env_lost ({r['in_flight_at_kill']} in flight at the kill, open sessions "
+                   f"{r['open_sessions_at_kill']})")
+    if r["lost"] > r["in_flight_at_kill"] or r["lost_not_in_flight"]:
+        bad.append(f"{r['lost']} env_lost, more than the {r['in_flight_at_kill']} in flight at the kill, or not in "
+                   f"flight: {r['lost_not_in_flight'][:3]}")
+    if any(not (e.get("error") or "").strip() for e in eps if e["stop_reason"] == "env_lost"):
+        bad.append("an env_lost episode without an error saying why")
+    late = [e for e in eps if e["start"] >= kill + grace and (e["status"] != 200 or e["stop_reason"] not in NORMAL_ENDS)]
+    if late:
+        bad.append(f"{len(late)} episodes started after the kill (+{grace} s) did not finish normally: "
+                   f"{Counter((e['status'], e['stop_reason'], e['code']) for e in late)}")
+    if r["after_kill_finished"] < 1:
+        bad.append("no episode started after the kill finished (the stream did not go on)")
+    odd = Counter(e["stop_reason"] for e in eps if e["status"] == 200 and e["stop_reason"] not in (*NORMAL_ENDS, "env_lost"))
+    if odd:
+        bad.append(f"episodes that were not lost ended abnormally: {dict(odd)}")
+    if r["unhandled_errors_logged"]:
+        bad.append(f"{r['unhandled_errors_logged']} unhandled_error lines in the executor's log")
+    return bad
+
+
+def render_env(r: dict, command: str) -> str:
+    bad = env_invariants(r)
+    fmt = lambda c: ", ".join(f"{n} × {k}" for k, n in sorted(c.items(), key=lambda kv: -kv[1])) or "none"
+    failed = r["failed_to_start"]
+    lines = [
+        "### Scenario 3: an env replica killed mid-episode\n",
+        f"`{command}`\n",
+        ("* **Setup**: the executor on the embedded SmolLM2-135M (`skillos serve llm`, llama-server, 1 thread); two "
+         "ALFWorld replicas `a` and `b`, each advertising its own address (`SKILLOS_ENV_ADVERTISE_URL`); the "
+         "executor's `SKILLOS_ALFWORLD_URL` is a round-robin TCP proxy standing for the Kubernetes Service (each new "
+         "connection to the next replica, one that refuses the connect skipped). Creates go through it, a session's "
+         "steps straight to its replica's `session_url`."),
+        (f"* **Load**: {r['clients']} clients, each posting No Memory episodes (`valid_seen`, distinct indexes, "
+         f"`max_turns` {r['max_turns']}, {r['max_tokens']} tokens a turn) one after another; {r['n']} episodes "
+         f"answered in {r['end_at_s']} s (p50 {r['p50_s']} s, slowest {r['max_s']} s; hang bound {r['hang_s']:.0f} s)."),
+        (f"* **Injected**: SIGKILL to replica a's process group (server and game workers: a pod gone) at "
+         f"{r['kill_at_s']} s, with sessions open {r['open_sessions_at_kill']} and {r['in_flight_at_kill']} episodes "
+         f"in flight; load kept on {r['stop_at_s'] - r['kill_at_s']:.0f} s more (at least {r['after_s']:.0f} s and until an "
+         f"episode started after the kill was answered), then the clients stopped and their in-flight episodes "
+         f"let finish. Proxy connections: {r['proxy_routed']}, connects to a dead replica skipped: "
+         f"{r['proxy_skipped'] or 0}."),
+        (f"* **Answered**: statuses {fmt({('HTTP ' + str(k)): v for k, v in r['statuses'].items()})}; stop reasons "
+         f"{fmt(r['stop_reasons'])}."),
+        (f"* **In flight at the kill** ({r['in_flight_at_kill']}): {fmt(r['in_flight_outcomes'])}. The lost ones say "
+         f"why: {'; '.join(f'`{x}`' for x in r['lost_errors'][:2]) or '-'}."),
+        (f"* **Failed to start**: {len(failed)}"
+         + (": " + "; ".join(f"HTTP {e['status']} {e['code']} ({e['start']}–{e['end']} s): {str(e['error'])[:120]}"
+                             for e in failed[:3]) if failed else "") + "."),
+        (f"* **Started after the kill** (+{r['grace_s']} s grace): {r['after_kill']} episodes, statuses "
+         f"{fmt({('HTTP ' + str(k)): v for k, v in r['after_kill_statuses'].items()})}, stop reasons "
+         f"{fmt(r['after_kill_stop_reasons'])}: the stream went on on b. `unhandled_error` lines in the executor's "
+         f"log: {r['unhandled_errors_logged']}."),
+        f"* **Invariants**: {'all hold' if not bad else '; '.join(bad)}.\n",
+    ]
+    return "\n".join(lines)
+
+
 # --- the report ---
 
 def _index_cell(r: dict) -> str:
@@ -736,8 +1111,13 @@ def render_redis(r: dict, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scenario", default="1,2", help="comma-separated: 1 (PostgreSQL), 2 (Redis)")
+    ap.add_argument("--scenario", default="1,2", help="comma-separated: 1 (PostgreSQL), 2 (Redis), 3 (an env "
+                    "replica killed mid-episode: needs the ALFWorld data and the embedded LLM; not in the default)")
     ap.add_argument("--outage-s", type=float, default=None, help="length of each fault (default: PostgreSQL 6 s stopped, 12 s frozen; Redis 8 s)")
+    ap.add_argument("--clients", type=int, default=8, help="scenario 3: concurrent episode streams")
+    ap.add_argument("--max-turns", type=int, default=6, help="scenario 3: max_turns of each episode")
+    ap.add_argument("--warmup-s", type=float, default=30.0, help="scenario 3: seconds of load before the kill")
+    ap.add_argument("--after-s", type=float, default=40.0, help="scenario 3: seconds of load after the kill")
     ap.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     ap.add_argument("--json", action="store_true", help="also print the raw findings as JSON")
     ap.add_argument("--title", default="", help="a heading for the section (e.g. what code was run)")
@@ -758,6 +1138,11 @@ def main(argv: list[str] | None = None) -> int:
             r = redis_loss(**({"outage_s": args.outage_s} if args.outage_s else {}))
             parts.append(render_redis(r, command))
             failed |= bool(redis_invariants(r))
+        elif sc.strip() == "3":
+            r = env_replica_loss(clients=args.clients, max_turns=args.max_turns, warmup_s=args.warmup_s,
+                                 after_s=args.after_s)
+            parts.append(render_env(r, command))
+            failed |= bool(env_invariants(r))
         else:
             ap.error(f"unknown scenario {sc!r}")
         if args.json:
@@ -767,8 +1152,9 @@ def main(argv: list[str] | None = None) -> int:
     end = os.getloadavg()
     head = f"## {args.title}\n\n" if args.title else ""
     text = head + "\n".join(parts) + (f"\nmachine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start, "
-                               f"{end[0]:.1f} at the end; python {sys.version.split()[0]}; "
-                               f"PostgreSQL {PG_BIN.parent.name} and Redis of the suite's own.\n")
+                               f"{end[0]:.1f} at the end; python {sys.version.split()[0]}"
+                               + (f"; PostgreSQL {PG_BIN.parent.name} and Redis of the suite's own"
+                                  if set(args.scenario.replace(" ", "").split(",")) & {"1", "2"} else "") + ".\n")
     print(text)
     if args.append:
         with open(args.append, "a") as f:

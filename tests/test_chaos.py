@@ -92,3 +92,45 @@ def test_invariants_catch_what_they_are_for():
     assert any("index" in b for b in chaos.pg_invariants({**ok, "index": {"a": {"equal": False}}}))
     hang = {**ok, "all": chaos.tally([chaos.Attempt("write", "a", 0, chaos.HANG_S, 200)])}
     assert any("hang" in b for b in chaos.pg_invariants(hang))
+
+
+def test_env_replica_killed_mid_episode(tmp_path):
+    """Scenario 3 short: 2 episode streams through the executor (embedded SmolLM2), two ALFWorld replicas
+    behind a round-robin proxy; replica a SIGKILLed mid-episode. Its episodes end env_lost, the rest finish,
+    new episodes go to b."""
+    from conftest import SHARED_DATA
+
+    data = SHARED_DATA / "alfworld"
+    _need(f"the ALFWorld data ({data})", (data / "json_2.1.1").is_dir())
+    r = chaos.env_replica_loss(clients=2, max_turns=2, warmup_s=5, after_s=5, workdir=tmp_path, alfworld_data=data)
+    print(chaos.render_env(r, "tests/test_chaos.py"))
+    assert r["lost"] >= 1 and r["lost"] <= r["in_flight_at_kill"]
+    assert r["after_kill_finished"] >= 1
+    assert chaos.env_invariants(r) == []
+
+
+def test_env_invariants_catch_what_they_are_for():
+    """A lost episode started after the kill, an env_lost without a reason, a 500 each break an invariant."""
+    def ep(start, end, status=200, stop_reason="max_turns", error=None, code=None):
+        return {"client": 0, "index": 0, "start": start, "end": end, "status": status, "stop_reason": stop_reason,
+                "error": error, "code": code, "steps": 2}
+
+    def result(eps):
+        kill = 10.0
+        lost = [e for e in eps if e["stop_reason"] == "env_lost"]
+        after = [e for e in eps if e["start"] >= kill + 1]
+        return {"episodes": eps, "kill_at_s": kill, "grace_s": 1.0, "hang_s": 300.0, "clients_still_running": 0,
+                "max_s": max(e["end"] - e["start"] for e in eps), "failed_to_start": [e for e in eps if e["status"] != 200],
+                "lost": len(lost), "in_flight_at_kill": sum(1 for e in eps if e["start"] < kill < e["end"]),
+                "lost_not_in_flight": [e for e in lost if not e["start"] < kill < e["end"]],
+                "open_sessions_at_kill": {"a": 1, "b": 1}, "unhandled_errors_logged": 0,
+                "after_kill_finished": sum(1 for e in after if e["status"] == 200 and e["stop_reason"] in chaos.NORMAL_ENDS)}
+
+    good = [ep(5, 12, stop_reason="env_lost", error="alfworld env unreachable"), ep(6, 14), ep(12, 20, stop_reason="won"),
+            ep(9.8, 10.2, 502, None, "create cut", "upstream_unavailable")]
+    assert chaos.env_invariants(result(good)) == []
+    assert any("started after the kill" in b for b in chaos.env_invariants(result(good + [ep(13, 15, stop_reason="env_lost", error="x")])))
+    assert any("why" in b for b in chaos.env_invariants(result([*good[1:], ep(5, 12, stop_reason="env_lost")])))
+    assert any("other than 200" in b for b in chaos.env_invariants(result(good + [ep(3, 4, 500, None, "boom", "internal")])))
+    assert any("no episode ended env_lost" in b for b in chaos.env_invariants(result(good[1:])))
+    assert any("abnormally" in b for b in chaos.env_invariants(result(good + [ep(2, 3, stop_reason="llm_error", error="x")])))
