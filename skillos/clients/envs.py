@@ -44,6 +44,7 @@ class EnvError(ServiceError):
 
 
 CREATE_RETRIES = 10  # 503 draining: each retry goes through the load balancer again
+CONNECT_RETRIES = 3  # a create whose connection failed: 0.5 + 1 + 2 s, then the error
 MAX_ROUTES = 10_000  # session -> replica address entries kept (oldest dropped; sessions are short-lived)
 
 
@@ -70,6 +71,13 @@ def _retry_delay(e: EnvError, attempt: int) -> float | None:
     """Seconds to wait before retrying a create, or None when it must not be retried."""
     if e.status == 503 and e.code == "draining" and attempt < CREATE_RETRIES:
         return min(e.retry_after or 1.0, 5.0)
+    # a replica gone (killed, restarted) behind the load balancer: the connection failed or was cut before an
+    # answer; again through the load balancer, which sends it to another replica (a cut create may leave a
+    # session on a live replica: its TTL reaps it). A timeout is not retried: the replica may still be working.
+    gone = (e.status == 0 and isinstance(e.__cause__, (httpx.ConnectError, httpx.RemoteProtocolError))) \
+        or (e.status in (502, 504) and e.code == "error")   # the load balancer's own answer, not the env's JSON
+    if gone and attempt < CONNECT_RETRIES:
+        return 0.5 * 2 ** attempt
     return None
 
 

@@ -249,3 +249,31 @@ def test_a_bad_advertise_url_stops_the_server_with_a_clear_message(tmp_path, val
             run_service(["reasoning"], env={"SKILLOS_ENV_ADVERTISE_URL": value}, tmp_path=tmp_path, ready_timeout=60):
         pass
 
+
+
+def test_a_create_that_meets_a_gone_replica_is_retried_through_the_balancer(tmp_path):
+    """A replica killed or restarted behind the load balancer: the create's connection fails, or the balancer
+    answers 502 itself; the client sends it again through the balancer, which reaches a live replica (a
+    timeout is not retried: the replica may still be creating). With no live replica it gives up after a few
+    seconds with the reason."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    with run_service(["reasoning"], tmp_path=tmp_path) as live, proxy_in_front_of([dead, live.url]) as proxy:
+        with EnvClient(proxy.url, timeout=10) as client:
+            created = client.create_session(task_id="demo-math-005")
+            assert created.session_id
+        assert [status for *_, status in proxy.seen[:2]] == [502, 201], proxy.seen
+    slept: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        slept.append(seconds)
+
+    from skillos.clients.envs import AsyncEnvClient
+
+    async def go() -> None:
+        async with AsyncEnvClient(dead, timeout=5) as c:
+            c._sleep = no_wait
+            await c.create_session(task_id="demo-math-005")
+
+    with pytest.raises(EnvError) as e:
+        asyncio.run(go())
+    assert e.value.status == 0 and slept == [0.5, 1.0, 2.0]
