@@ -2,9 +2,8 @@
 client, over both transports: stdio (the client starts the server process) and streamable HTTP (a served
 `skillos serve mcp --transport http` on loopback).
 
-Trajectory outcomes go to the executor's ``POST /v1/trajectories/{id}/outcome``; until the gateway is in the
-executor, a stand-in on loopback answers that contract (200 for an open trajectory, 404 in the common error
-shape for an unknown one) and records what it was sent.
+Trajectory outcomes go to the real executor's ``POST /v1/trajectories/{id}/outcome`` (its skill gateway, on the
+embedded LLM; a trajectory is opened by one chat call through it), with tokens on or off as the skill repo.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -22,9 +19,6 @@ import anyio
 import httpx
 import httpx2
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -40,42 +34,40 @@ TOKENS = "rtok:read,wtok:rw,ptok:rw:team-"
 QUIET = {"SKILLOS_DENSE_SEARCH": "false", "SKILLOS_LOG_LEVEL": "WARNING"}
 
 
-# ------------------------------------------------------------------------------------------ the stand-ins
-class StandInExecutor:
-    """The executor's trajectory-outcome contract, and nothing else, served by uvicorn in a thread."""
+# ------------------------------------------------------------------------------------------ the executor
+class Gateway:
+    """The real executor (its skill gateway) on loopback with the embedded LLM: ``open_trajectory`` makes one
+    chat call through it (an open trajectory, as an agent's first call makes), ``state`` reads a trajectory
+    back. Its curator is unreachable: an outcome closes the trajectory and its curation fails, which these
+    tests do not look at."""
 
-    OPEN = "traj-open-1"
+    def __init__(self, url: str, token: str | None = None):
+        self.url, self.token = url, token
 
-    def __init__(self):
-        self.seen: list[dict] = []
-        app = FastAPI()
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-        @app.post("/v1/trajectories/{tid}/outcome")
-        async def outcome(tid: str, request: Request):
-            self.seen.append({"id": tid, "body": await request.json(),
-                              "authorization": request.headers.get("authorization")})
-            if tid != self.OPEN:
-                return JSONResponse({"error": {"code": "trajectory_not_found", "details": None,
-                                               "message": f"trajectory {tid!r} does not exist or has expired"}},
-                                    status_code=404)
-            return {"trajectory": tid, "status": "closed", "curation": "queued"}
+    def open_trajectory(self) -> str:
+        model = httpx.get(f"{self.url}/v1/models", headers=self._headers(), timeout=30).json()["data"][0]["id"]
+        r = httpx.post(f"{self.url}/v1/chat/completions", headers=self._headers(), timeout=600, json={
+            "model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "heat a mug"}]})
+        assert r.status_code == 200, r.text
+        return r.headers["X-SkillOS-Trajectory"]
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+    def state(self, tid: str) -> dict:
+        r = httpx.get(f"{self.url}/v1/trajectories/{tid}", headers=self._headers(), timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
 
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "stand-in executor did not start"
-            time.sleep(0.05)
-        return self
 
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+@contextmanager
+def gateway_service(llm_url: str, skillrepo_url: str, tmp: Path, token: str | None = None, **env: str):
+    with run_service(["executor"], tmp_path=tmp, env={
+            "SKILLOS_EXECUTOR_LLM_BASE_URL": llm_url, "SKILLOS_EXECUTOR_LLM_TIMEOUT_S": "600",
+            "SKILLOS_SKILLREPO_URL": skillrepo_url, "SKILLOS_GATEWAY_DATABASE_URL": f"sqlite:///{tmp}/gateway.db",
+            "SKILLOS_CURATOR_URL": f"http://127.0.0.1:{free_port()}", "SKILLOS_GATEWAY_CURATOR_RETRIES": "0",
+            **QUIET, **env}) as svc:
+        yield Gateway(svc.url, token)
 
 
 @contextmanager
@@ -91,9 +83,9 @@ def skillrepo_service(pg_server_url: str, tmp: Path, **env: str) -> Iterator[str
 
 
 @pytest.fixture(scope="module")
-def executor() -> Iterator[StandInExecutor]:
-    with StandInExecutor() as ex:
-        yield ex
+def executor(embedded_llm, skillrepo, tmp_path_factory) -> Iterator[Gateway]:
+    with gateway_service(embedded_llm, skillrepo, tmp_path_factory.mktemp("executor")) as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +113,16 @@ def http_mcp(skillrepo, executor, tmp_path_factory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def tokens_http_mcp(tokens_skillrepo, executor, tmp_path_factory) -> Iterator[str]:
-    with run_service(["mcp", "--transport", "http"], env=mcp_env(tokens_skillrepo, executor.url),
+def tokens_executor(embedded_llm, tokens_skillrepo, tmp_path_factory) -> Iterator[Gateway]:
+    """The executor with tokens on, as the skill repo has them: an outcome needs the caller's own rw token."""
+    with gateway_service(embedded_llm, tokens_skillrepo, tmp_path_factory.mktemp("executor-tokens"), token="wtok",
+                         SKILLOS_AUTH_MODE="tokens", SKILLOS_AUTH_TOKENS=TOKENS, SKILLOS_API_TOKEN="wtok") as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def tokens_http_mcp(tokens_skillrepo, tokens_executor, tmp_path_factory) -> Iterator[str]:
+    with run_service(["mcp", "--transport", "http"], env=mcp_env(tokens_skillrepo, tokens_executor.url),
                      tmp_path=tmp_path_factory.mktemp("mcp-tokens")) as svc:
         yield svc.url
 
@@ -257,24 +257,29 @@ def test_bad_input_is_a_clear_error_never_a_crash(session):
     anyio.run(scenario)
 
 
-def test_record_outcome_posts_the_contract_and_says_when_the_executor_cannot_take_it(session, executor):
+def test_record_outcome_closes_the_gateways_trajectory_and_says_when_the_executor_cannot_take_it(session, executor):
     async def scenario():
         async with session() as c:
-            n = len(executor.seen)
-            ok = await c.call_tool("record_outcome", {"trajectory": executor.OPEN, "success": True,
+            tid = executor.open_trajectory()
+            ok = await c.call_tool("record_outcome", {"trajectory": tid, "success": True,
                                                       "feedback": "bought the right shirt", "score": 0.75})
             assert not ok.is_error, text_of(ok)
             assert ok.structured_content["recorded"] is True
             assert ok.structured_content["executor"]["status"] == "closed"
-            assert executor.seen[n]["id"] == executor.OPEN
-            assert executor.seen[n]["body"] == {"success": True, "score": 0.75, "feedback": "bought the right shirt"}
+            state = executor.state(tid)
+            assert state["status"] != "open"
+            assert state["outcome"] == {"success": True, "score": 0.75, "feedback": "bought the right shirt",
+                                        "judged": False}
 
-            minimal = await c.call_tool("record_outcome", {"trajectory": executor.OPEN, "success": False})
-            assert not minimal.is_error and executor.seen[-1]["body"] == {"success": False}
+            again = await c.call_tool("record_outcome", {"trajectory": tid, "success": False})
+            assert again.is_error and "cannot take this outcome" in text_of(again), text_of(again)
 
-            gone = await c.call_tool("record_outcome", {"trajectory": "traj-expired", "success": True})
-            assert gone.is_error
-            assert "unknown trajectory 'traj-expired'" in text_of(gone) and "has expired" in text_of(gone)
+            minimal = executor.open_trajectory()
+            done = await c.call_tool("record_outcome", {"trajectory": minimal, "success": False})
+            assert not done.is_error and executor.state(minimal)["outcome"]["success"] is False
+
+            gone = await c.call_tool("record_outcome", {"trajectory": "trj-never", "success": True})
+            assert gone.is_error and "unknown trajectory 'trj-never'" in text_of(gone), text_of(gone)
 
     anyio.run(scenario)
 
@@ -293,7 +298,9 @@ def test_record_outcome_executor_unreachable_or_without_the_endpoint(skillrepo, 
     anyio.run(scenario, skillrepo, "has no trajectory outcomes")
 
 
-def test_tokens_as_the_skill_repo_has_them(tokens_skillrepo, tokens_http_mcp, executor):
+def test_tokens_as_the_skill_repo_has_them(tokens_skillrepo, tokens_http_mcp, tokens_executor):
+    executor = tokens_executor
+
     async def over_http():
         async with connect("http", http_url=tokens_http_mcp) as c:  # no token
             r = await c.call_tool("search_skills", {"query": "heat"})
@@ -307,23 +314,24 @@ def test_tokens_as_the_skill_repo_has_them(tokens_skillrepo, tokens_http_mcp, ex
             r = await c.call_tool("search_skills", {"query": "heat a mug", "k": 2})
             assert not r.is_error and r.structured_content["skills"][0]["name"] == "heat-object"
             assert len((await c.list_resources()).resources) == len(SEEDED)
-            n = len(executor.seen)
-            r = await c.call_tool("record_outcome", {"trajectory": executor.OPEN, "success": True})
-            assert r.is_error and "read-only" in text_of(r) and len(executor.seen) == n
+            tid = executor.open_trajectory()
+            r = await c.call_tool("record_outcome", {"trajectory": tid, "success": True})
+            assert r.is_error and "read-only" in text_of(r) and executor.state(tid)["status"] == "open"
         async with connect("http", http_url=tokens_http_mcp, token="ptok") as c:  # rw, repos team-* only
             r = await c.call_tool("get_skill", {"name": "heat-object"})
             assert r.is_error and "only reaches repos starting with 'team-'" in text_of(r)
         async with connect("http", http_url=tokens_http_mcp, token="wtok") as c:
-            r = await c.call_tool("record_outcome", {"trajectory": executor.OPEN, "success": True})
+            # the caller's token goes on to the executor, which has tokens on too: closed with it
+            r = await c.call_tool("record_outcome", {"trajectory": tid, "success": True})
             assert not r.is_error, text_of(r)
-            assert executor.seen[-1]["authorization"] == "Bearer wtok"
+            assert executor.state(tid)["status"] != "open"
 
     async def over_stdio():
         env = mcp_env(tokens_skillrepo, executor.url, SKILLOS_API_TOKEN="rtok")
         async with connect("stdio", env=env) as c:
             r = await c.call_tool("get_skill", {"name": "heat-object"})
             assert not r.is_error
-            r = await c.call_tool("record_outcome", {"trajectory": executor.OPEN, "success": True})
+            r = await c.call_tool("record_outcome", {"trajectory": executor.open_trajectory(), "success": True})
             assert r.is_error and "read-only" in text_of(r)
         async with connect("stdio", env=mcp_env(tokens_skillrepo, executor.url)) as c:
             r = await c.call_tool("get_skill", {"name": "heat-object"})
