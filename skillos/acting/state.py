@@ -9,6 +9,9 @@ has already shown it:
     Seen so far that your task names: apple 1 (countertop 1), fridge 1.
     Places not searched yet: cabinet 1, drawer 1, ...
 
+and, once the object of a clean / heat / cool task is in hand but not changed yet, instead of the places
+left: ``Next: go to microwave 1 and heat the apple 1 with it.``
+
 It uses only what the agent itself saw (the first observation, its actions and their observations)
 and the task sentence, never the game's hidden state, so it is the same information a careful
 player would write down. ``state_of`` is a pure function of the episode so far: the executor
@@ -36,6 +39,14 @@ _DONE = {"heat": "heated", "cool": "cooled", "clean": "cleaned"}
 NO_PROGRESS = ("look", "inventory", "examine ", "close ")
 # the change a task sentence asks for ("put a clean mug in ...", "heat some egg and ...", "a cool apple")
 _NEEDS = {"clean": "cleaned", "heat": "heated", "hot": "heated", "cool": "cooled", "cold": "cooled"}
+# where ALFWorld makes each change ("clean X with sinkbasin 1", "heat X with microwave 1", "cool X with fridge 1")
+_CHANGED_AT = {"cleaned": ("sinkbasin", "clean"), "heated": ("microwave", "heat"), "cooled": ("fridge", "cool")}
+
+
+def needed_change(task: str) -> str | None:
+    """``cleaned`` / ``heated`` / ``cooled`` when the task sentence asks for that change, else None."""
+    words = task_words(task)
+    return next((done for w, done in _NEEDS.items() if w in words), None)
 
 
 def object_class(name: str) -> str:
@@ -85,7 +96,14 @@ class AlfworldState:
         if named:
             parts.append("Seen so far that your task names: " + ", ".join(named) + ".")
         left = [p for p in self.places if p not in self.searched]
-        if left:
+        need = needed_change(task)
+        if self.holding and object_class(self.holding) in words and need and need not in self.holding_done:
+            # the object is in hand and its change is due: where to make it, not where to search (with the
+            # list of places left, the 1.5B took the butterknife and opened cabinets for 25 turns, 0d)
+            kind, verb = _CHANGED_AT[need]
+            there = [p for p in self.places if object_class(p) == kind] or [kind]
+            parts.append(f"Next: go to {there[0]} and {verb} the {self.holding} with it.")
+        elif left:
             parts.append("Places not searched yet: " + ", ".join(left) + ".")
         elif self.places:
             parts.append("You have searched every place.")
@@ -164,7 +182,7 @@ def held_back(admissible: Sequence[str], state: AlfworldState, task: str) -> lis
     Nothing is held back when it would leave no action (`shown_actions` then offers them all)."""
     words = task_words(task)
     look_task = task.lower().lstrip().startswith(("look at", "examine"))
-    need = next((done for w, done in _NEEDS.items() if w in words), None)
+    need = needed_change(task)
     here = f"go to {state.at}".lower() if state.at else None
     undo = {f"move {obj} to {place}".lower() for obj, place in state.taken_from.items()
             if obj == state.holding and not state.holding_done}

@@ -196,3 +196,26 @@ def test_the_task_object_is_not_put_down_before_it_is_changed():
                          ("You heat the egg 1 using the microwave 1.", "go to fridge 1")]
     s = state_of(FIRST, FIRST_ADM, heated, "You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.")
     assert held_back(["move egg 1 to fridge 1"], s, "heat some egg and put it in fridge.") == []
+
+
+def test_with_the_object_in_hand_and_its_change_due_the_state_line_says_where_to_make_it():
+    """Section 0d of bench/RESULTS-learning.md: with the butterknife in hand and the list of places not searched
+    yet, the 1.5B opened cabinets for 25 turns and never went to the sink. Until the change is made, the line
+    names the place that makes it instead of the places left; after it, the places come back."""
+    history = [
+        ("You are in the middle of a room.", "go to countertop 1"),
+        ("You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.", "take egg 1 from countertop 1"),
+    ]
+    held = state_of(FIRST, FIRST_ADM, history, "You pick up the egg 1 from the countertop 1.")
+    line = held.line(TASK)
+    assert "Next: go to microwave 1 and heat the egg 1 with it." in line and "Places not searched" not in line
+    done = state_of(FIRST, FIRST_ADM, [*history, ("You pick up the egg 1 from the countertop 1.", "go to microwave 1"),
+                                       ("You arrive at microwave 1. The microwave 1 is closed.",
+                                        "heat egg 1 with microwave 1")],
+                    "You heat the egg 1 using the microwave 1.")
+    assert "Next:" not in done.line(TASK) and "Places not searched yet" in done.line(TASK)
+    # another object in hand, or a task without a change: the places as before
+    assert "Next:" not in state_of(FIRST, FIRST_ADM, history[:1], history[1][0]).line(TASK)
+    assert "Next:" not in held.line("put some egg on the countertop.")
+    clean = held.line("put a clean egg in the fridge.")
+    assert "Next: go to sinkbasin 1 and clean the egg 1 with it." in clean
