@@ -258,7 +258,8 @@ def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(clie
             tid = _played_and_closed(client, gateway, model, repo)
         t = _wait_for(gateway, tid, ("curated", "failed"), timeout=540)
         assert t["status"] == "curated", t
-        assert t["outcome"] == {"success": True, "score": 1.0, "feedback": "the mug is in the cabinet"}
+        assert t["outcome"] == {"success": True, "score": 1.0, "feedback": "the mug is in the cabinet",
+                                "judged": False}   # reported by the agent, not by the self-judge
         assert t["curation"]["calls"], t  # the curator answered with at least one call (grammar-constrained)
         with SkillRepoClient(skillrepo.url) as client_of_repo:
             log = client_of_repo.op_log(repo).entries
