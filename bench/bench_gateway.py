@@ -1,7 +1,7 @@
 """Skill-gateway benchmark: the gateway's overhead over a direct call to its LLM backend, streaming under
 concurrency, and the executor's memory over many calls.
 
-    .venv/bin/python -m bench.bench_gateway --write          # full run: 10k skills, 2000 + 10000 calls (~15 min)
+    .venv/bin/python -m bench.bench_gateway --write          # full run: 10k skills, 2000 + 10000 calls (~2 min idle)
     .venv/bin/python -m bench.bench_gateway --pg --write     # the same with the trajectories in PostgreSQL
     .venv/bin/python -m bench.bench_gateway --skills 2000 --calls 300 --stream-clients 64 --stream-calls 2 \
         --memory-calls 1000                                  # quick run (~2 min)
