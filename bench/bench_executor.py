@@ -25,15 +25,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from skillos.net import free_port
+from bench.processes import started
 from skillos.settings import DEFAULT_SHARED_DATA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,32 +44,9 @@ def pct(xs: list[float], q: float) -> float:
 
 @contextmanager
 def service(args: list[str], env: dict[str, str] | None = None, timeout: float = 300):
-    port = free_port()
-    log = open(f"/tmp/bench-executor-{args[0]}-{port}.log", "wb")  # noqa: SIM115 - closed below
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "skillos.cli", "serve", *args, "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, "SKILLOS_LOG_LEVEL": "WARNING", **(env or {})},
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.perf_counter() - start > timeout:
-                raise RuntimeError(f"{args[0]} did not start; see {log.name}")
-            time.sleep(0.1)
-        yield url, time.perf_counter() - start
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    """``skillos serve <args>``, up; yields (url, seconds it took to answer /healthz)."""
+    with started(["skillos.cli", "serve", *args, "--port"], f"executor-{args[0]}", env, timeout) as p:
+        yield p.url, p.seconds
 
 
 def table(title: str, header: list[str], rows: list[list]) -> None:

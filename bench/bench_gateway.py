@@ -35,7 +35,6 @@ import io
 import json
 import os
 import random
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import httpx
 
-from skillos.net import free_port
+from bench.processes import started
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_MODEL = "echo"
@@ -126,32 +125,9 @@ def serve_echo(port: int) -> None:
 # ---------------------------------------------------------------- processes
 @contextmanager
 def process(argv: list[str], name: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """A real process on a free loopback port (``argv`` ends with ``--port``), up when /healthz answers 200;
-    yields (url, pid)."""
-    port = free_port()
-    log = open(f"/tmp/bench-gateway-{name}-{port}.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", *argv, str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "SKILLOS_LOG_LEVEL": "WARNING", **(env or {})})
-    url, start = f"http://127.0.0.1:{port}", time.perf_counter()
-    try:
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.perf_counter() - start > timeout:
-                raise RuntimeError(f"{name} did not start; see {log.name}")
-            time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    """A real process on a free loopback port (``argv`` ends with ``--port``); yields (url, pid)."""
+    with started(argv, f"gateway-{name}", env, timeout) as p:
+        yield p.url, p.pid
 
 
 @contextmanager
