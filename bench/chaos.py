@@ -202,34 +202,48 @@ class RedisServer:
             self.kill()
 
 
-class SkillRepoProcess:
-    """`skillos serve skillrepo` as a real process on loopback."""
+class ServeProcess:
+    """`skillos serve <args>` as a real process on loopback, in a process group of its own, so that a kill
+    takes its children too (an env replica's game workers, the LLM's llama-server), as a pod's death does."""
 
-    def __init__(self, env: dict[str, str], log: Path):
-        self.port = free_port()
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int | None = None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        full_env = {**os.environ, "SKILLOS_LOG_FORMAT": "json", "SKILLOS_DENSE_SEARCH": "false", **env}
+        self.log, self.name = log, args[0]
+        full_env = {**os.environ, "SKILLOS_LOG_FORMAT": "json", **env}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "skillos.cli", "serve", "skillrepo", "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
-        deadline = time.monotonic() + 120
+                [sys.executable, "-m", "skillos.cli", "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT, start_new_session=True)
+
+    def wait_healthy(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"skillrepo exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"skillrepo not healthy after 120 s:\n{self.logs()[-3000:]}")
-            time.sleep(0.2)
+                raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s:\n{self.logs()[-3000:]}")
+            time.sleep(0.3)
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def _killpg(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> float:
+        """SIGKILL to the whole process group; the moment it is dead."""
+        self._killpg()
+        self.proc.wait(timeout=10)
+        return time.monotonic()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -237,8 +251,22 @@ class SkillRepoProcess:
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        self._killpg()  # whatever of the group is left (workers, llama-server)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=10)
+
+
+class SkillRepoProcess(ServeProcess):
+    """`skillos serve skillrepo` as a real process on loopback, up (healthy) when built."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        super().__init__(["skillrepo"], {"SKILLOS_DENSE_SEARCH": "false", **env}, log)
+        try:
+            self.wait_healthy(120)
+        except RuntimeError:
+            self.stop()
+            raise
 
 
 # --- the history: every request, every acknowledged write ---
@@ -668,61 +696,6 @@ def redis_invariants(r: dict) -> list[str]:
 
 
 # --- scenario 3: an env replica killed mid-episode ---
-
-class ServeProcess:
-    """`skillos serve <args>` as a real process on loopback, in a process group of its own, so that a kill
-    takes its children too (an env replica's game workers, the LLM's llama-server), as a pod's death does."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, port: int | None = None):
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log, self.name = log, args[0]
-        full_env = {**os.environ, "SKILLOS_LOG_FORMAT": "json", **env}
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "skillos.cli", "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT, start_new_session=True)
-
-    def wait_healthy(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s:\n{self.logs()[-3000:]}")
-            time.sleep(0.3)
-
-    def logs(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def _killpg(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def kill(self) -> float:
-        """SIGKILL to the whole process group; the moment it is dead."""
-        self._killpg()
-        self.proc.wait(timeout=10)
-        return time.monotonic()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-        self._killpg()  # whatever of the group is left (workers, llama-server)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=10)
-
 
 class RoundRobinTCP:
     """The Kubernetes Service in front of the env replicas: each new connection goes to the next backend, one
