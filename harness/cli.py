@@ -124,6 +124,9 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
         order: str = typer.Option("grouped", "--order", help="grouped | shuffled"),
         concurrency: int = typer.Option(1, "--concurrency", min=1, help="episodes in flight at once"),
         out: Path = OutOption,
+        resume: Path = typer.Option(None, "--resume", help=(
+            "play on in this earlier run's folder from its last finished tasks (the options it was started with "
+            "replace the options given here; where the services are is still this command's)")),
         k: int = typer.Option(5, "--k", min=0, help="skills retrieved per task"),
         retrieval: str = typer.Option("bm25", "--retrieval",
                                       help="how skills are searched: bm25 (the paper's) | dense | hybrid"),
@@ -151,7 +154,8 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harness.attach import env_problems, free_port_offset, llm_problems
-    from harness.runner import run_job, run_options
+    from harness.resume import ResumeError
+    from harness.runner import resumed_options, run_job, run_options
     from harness.stack import Stack, healthy, running_stack, stack_dir
     from skillos.cli.common import fail
     from skillos.methods import METHODS
@@ -164,6 +168,14 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
                            limit=limit, task_type=task_type, per_type=per_type, seeds=seeds, order=order,
                            concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,
                            history_len=history_len, acting=acting, oracle_judge=oracle_judge)
+        if resume is not None:
+            if out is not None and out.resolve() != resume.resolve():
+                fail("--resume plays on in the folder it names; drop --out")
+            opts = resumed_options(resume)
+            env, split = opts.env, opts.split
+            console.print(f"resuming {resume}: {'+'.join(opts.methods)} on {env}/{split}, with the options it was started with")
+    except ResumeError as e:
+        fail(f"--resume {resume}: {e}")
     except ValueError as e:
         fail(str(e))
     methods = opts.methods
@@ -223,15 +235,16 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
                 "curator": state.url("curator"), "env": state.url(env)}
     console_url = (state.url("console") if state else None) or settings.console_url
     # where the services are is known now; the report folder's default is named by the time the run starts
-    opts = dataclasses.replace(opts, out=out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), urls=urls,
+    opts = dataclasses.replace(opts, out=resume or out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"), urls=urls,
                                token=settings.api_token or None,
                                llms=state.role_llms if state and state.url("executor") == urls["executor"] else {})
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console)
     bar = {}
 
-    def started(total: int) -> None:
-        bar["id"] = progress.add_task(f"{env}/{opts.split} {'+'.join(methods)}", total=total, last="")
+    def started(total: int, finished: int) -> None:
+        bar["id"] = progress.add_task(f"{env}/{opts.split} {'+'.join(methods)}", total=total, completed=finished,
+                                      last=f"{finished} finished before" if finished else "")
 
     def done(m: str, r) -> None:
         mark = "[green]✓[/green]" if r.success else "[red]✗[/red]"
@@ -241,7 +254,7 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
         progress.update(bar["id"], advance=1,
                         last=f"{m} #{r.position + 1} {r.task_type} {mark} {r.steps} steps{ops}{err}")
 
-    if out is None and healthy(console_url, timeout=0.5):
+    if out is None and resume is None and healthy(console_url, timeout=0.5):
         console.print(f"follow the run in the console: {console_url}/runs/{opts.out.name}")
     try:
         with progress:

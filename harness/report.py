@@ -297,15 +297,37 @@ class RunLog:
       written with one write call).
     """
 
-    def __init__(self, out: Path, config: dict[str, Any], total: int, repos: list[str]):
+    def __init__(self, out: Path, config: dict[str, Any], total: int, repos: list[str],
+                 previous: RunState | None = None):
+        """``previous``: the folder's state when the run resumes (`harness.resume`): its start is kept, the
+        resume is added to ``resumed_at``, and ``tasks.jsonl`` is continued, not emptied."""
         self.out = out
         self.folder = RunFolder(out)
         out.mkdir(parents=True, exist_ok=True)
-        self.state = RunState(status="running", started_at=time.time(), finished_at=None, config=config,
-                              total=total, repos=repos, error=None)
+        self.state = RunState(status="running", started_at=previous.started_at if previous else time.time(),
+                              finished_at=None, config=config, total=total, repos=repos, error=None,
+                              resumed_at=[*previous.resumed_at, time.time()] if previous else [])
         self.tasks_path = self.folder.tasks_log
-        self.tasks_path.write_text("")
+        if previous is None:
+            self.tasks_path.write_text("")
+        else:
+            self._end_partial_line()
         self._write_state()
+
+    def _end_partial_line(self) -> None:
+        """A run killed mid-write can leave a partial last line; the next line must not be glued to it."""
+        try:
+            with self.tasks_path.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() == 0:
+                    return
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+        except FileNotFoundError:
+            return
+        if last != b"\n":
+            with self.tasks_path.open("a", encoding="utf-8") as f:
+                f.write("\n")
 
     def _write_state(self) -> None:
         path = self.folder.run_state

@@ -21,6 +21,17 @@ from harness.report import (
     write_summary,
     write_task_records,
 )
+from harness.resume import (
+    ResumeError,
+    check_positions,
+    finished_records,
+    fresh_repo,
+    last_prefix,
+    load_state,
+    options_config,
+    restore_snapshot,
+    save_snapshot,
+)
 from harness.stack import ENVS
 from skillos.acting.options import ActingOptions, from_pairs
 from skillos.clients.curator import AsyncCuratorClient
@@ -31,7 +42,7 @@ from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMClient, LLMSettings
 from skillos.methods import METHODS, MethodConfigError, StreamContext, build_method, method_params
 from skillos.models import MODELS
-from skillos.protocol.runs import RunFolder
+from skillos.protocol.runs import RUN_STATE, RunFolder
 from skillos.protocol.skillrepo import SEARCH_MODES
 from skillos.stream import StreamConfig, TaskRecord, TaskSlots, TaskSpec, run_stream
 
@@ -64,6 +75,28 @@ class RunOptions:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its parameters
     from_repo: str | None = None  # each stream's repo starts as a fork of this one (a library to start from)
     acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
+    resume: bool = False  # play on in ``out``, an earlier run's folder, from its last finished tasks
+
+
+def resumed_options(folder: Path) -> RunOptions:
+    """The options of the run whose folder ``folder`` is, to resume it (`harness.resume`); ResumeError if
+    it cannot be."""
+    c = options_config(load_state(folder))
+    unknown = [m for m in c["methods"] if m not in METHODS]
+    if unknown:
+        raise ResumeError(f"{RUN_STATE} names methods this version lacks: {', '.join(unknown)}")
+    params = {m: dict(c["params"].get(m, {})) for m in c["methods"]}
+    try:
+        for m, p in params.items():   # as run.json has them, checked again by building the method
+            build_method(m, p)
+        acting = ActingOptions.model_validate(c["acting"]) if c["acting"] else None
+    except ValueError as e:
+        raise ResumeError(f"{RUN_STATE}'s options no longer check out: {e}") from None
+    return RunOptions(env=c["env"], split=c["split"], methods=c["methods"], limit=c["limit"],
+                      task_type=c["task_type"], per_type=c["per_type"], seeds=c["seeds"], order=c["order"],
+                      concurrency=c["concurrency"], k=c["k"], retrieval=c["retrieval"], max_turns=c["max_turns"],
+                      history_len=c["history_len"], out=Path(folder), self_judge=c["self_judge"], params=params,
+                      from_repo=c["from_repo"], acting=acting, resume=True)
 
 
 def run_options(*, env: str, split: str | None, method: str, param: Sequence[str], baseline: bool,
@@ -170,12 +203,15 @@ async def select_tasks(env_client: AsyncEnvClient, split: str, limit: int | None
 
 
 async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None] | None = None,
-                  on_start: Callable[[int], None] | None = None) -> tuple[Path, dict[str, Any]]:
-    """Play every (method, seed) stream and write the report folder; returns (folder, summary)."""
+                  on_start: Callable[[int, int], None] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Play every (method, seed) stream and write the report folder; returns (folder, summary).
+    ``on_start(total, finished)``: the tasks to play over all streams, and how many a resumed run
+    (``opts.resume``) finished before."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
-    run_id = f"run-{stamp}-{random.randrange(16**6):06x}"
+    previous = load_state(out) if opts.resume else None
+    run_id = previous.config["run_id"] if previous else f"run-{stamp}-{random.randrange(16**6):06x}"
     env_url = opts.urls["env"]
     async with AsyncEnvClient(env_url, token=opts.token) as env_client, \
             AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token,
@@ -196,9 +232,13 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                 raise ValueError(f"--from-repo {opts.from_repo!r}: {e.message}") from None
         semaphore = TaskSlots(opts.concurrency)   # the streams' episodes, earliest task first: pairs advance together
         plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
+        finished = finished_records(out) if previous else {}
+        for m, s in plans:
+            check_positions(finished.get((m, s), {}), [t.id for t in order_tasks(tasks, opts.order, s)],
+                            f"{m} seed {s}")
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
-                  "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds, "order": opts.order,
-                  "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
+                  "limit": opts.limit, "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds,
+                  "order": opts.order, "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
                   "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
                   "acting": opts.acting.model_dump() if opts.acting is not None else None,
                   "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
@@ -206,20 +246,24 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                              for m in opts.methods},
                   "models": await describe_models(opts.llms)}
         live = RunLog(out, config, total=len(tasks) * len(plans),
-                      repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo])
+                      repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)
         if on_start:
-            on_start(len(tasks) * len(plans))
-
-        def ended(method: str, record: TaskRecord) -> None:
-            live.task(record)
-            if on_task:
-                on_task(method, record)
+            on_start(len(tasks) * len(plans), sum(len(f) for f in finished.values()))
 
         async def play(method: str, seed: int) -> StreamRun:
+            built = build_method(method, opts.params.get(method, {}))
+            done = finished.get((method, seed), {})
+            if built.sequential:   # resume after the finished prefix: a later finished task is played again
+                prefix = last_prefix(done)
+                done = {p: r for p, r in done.items() if p < prefix}
             repo = None
             if METHODS[method].uses_repo:
                 repo = repo_name(run_id, method, seed)
-                if opts.from_repo:
+                if built.sequential and done:
+                    await restore_snapshot(out, repo_client, method, repo, max(done))
+                elif previous:
+                    await fresh_repo(repo_client, method, repo, opts.from_repo)
+                elif opts.from_repo:
                     await repo_client.fork_repo(opts.from_repo, repo)
                 else:
                     await repo_client.create_repo(repo)
@@ -230,8 +274,16 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                                   params=opts.params.get(method, {}))
             ctx = StreamContext(stream, executor, curator=curator if METHODS[method].uses_curator else None,
                                 repo=repo_client, llm=writer if METHODS[method].uses_writer else None)
-            records = await run_stream(order_tasks(tasks, opts.order, seed), build_method(method, stream.params), ctx,
-                                       semaphore=semaphore, on_task=lambda r, m=method: ended(m, r))
+
+            async def ended(record: TaskRecord) -> None:
+                if repo and built.sequential:   # the repos this task left, before its record (harness.resume)
+                    await save_snapshot(out, repo_client, method, repo, record.position)
+                live.task(record)
+                if on_task:
+                    on_task(method, record)
+
+            records = await run_stream(order_tasks(tasks, opts.order, seed), built, ctx,
+                                       semaphore=semaphore, on_task=ended, finished=done)
             return StreamRun(method=method, seed=seed, repo=repo, records=records)
 
         try:

@@ -99,6 +99,12 @@ class Method:
         for suffix in self.companions:
             await self.companion(ctx, suffix).ensure()
 
+    async def resume(self, ctx: StreamContext) -> None:
+        """Once per resumed stream (`skillos run --resume`), instead of `setup`: the repo and its companions
+        hold what the last finished task left, so a setup that writes to them (expert seeding) must not run
+        again; a method that keeps state outside its repos rebuilds it here."""
+        await Method.setup(self, ctx)
+
     def companion(self, ctx: StreamContext, suffix: str) -> Bank:
         return ctx.bank(self.name).companion(suffix)
 

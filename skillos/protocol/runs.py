@@ -12,6 +12,10 @@ A **stream run** (`skillos run`; written by `harness.report`):
     success_over_stream.png, repo_size.png, op_mix.png
     repo/<folder>/<skill>/SKILL.md
                                the skills each stream's repo ended with
+    resume/<repo>@<position:04d>.tar.gz
+                               a learning stream's repos (the stream's and its companions) as the task at
+                               that position left them, written before its tasks.jsonl line (the last two
+                               kept): `skillos run --resume` restores them and plays on from there
 
 Older stream folders have only ``summary.json`` and ``tasks/*.json``; a live one only ``run.json`` and
 ``tasks.jsonl``.
@@ -53,6 +57,7 @@ REPO_SIZE_PLOT = "repo_size.png"
 OP_MIX_PLOT = "op_mix.png"
 STREAM_PLOTS = (SUCCESS_PLOT, REPO_SIZE_PLOT, OP_MIX_PLOT)
 REPO_DIR = "repo"
+RESUME_DIR = "resume"
 TRAIN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 ROLLOUTS_DIR = "rollouts"
@@ -113,6 +118,14 @@ class RunFolder:
         return self.path / REPO_DIR / folder
 
     @property
+    def resume_dir(self) -> Path:
+        return self.path / RESUME_DIR
+
+    def repo_snapshot(self, repo: str, position: int) -> Path:
+        """A stream repo's export after the task at ``position`` (`skillos run --resume` restores it)."""
+        return self.resume_dir / f"{repo}@{position:04d}.tar.gz"
+
+    @property
     def train_config(self) -> Path:
         return self.path / TRAIN_CONFIG
 
@@ -163,6 +176,7 @@ class RunState(_Row):
     total: int | None = None                               # tasks to play, all streams
     repos: list[str] = Field(default_factory=list)
     error: str | None = None
+    resumed_at: list[float] = Field(default_factory=list)  # each `skillos run --resume` of this folder
 
 
 class OpEntry(_Row):

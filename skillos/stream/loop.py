@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -30,6 +30,8 @@ class StreamMethod(Protocol):
     def check(self, ctx: Any) -> None: ...
 
     async def setup(self, ctx: Any) -> None: ...
+
+    async def resume(self, ctx: Any) -> None: ...
 
     async def play(self, position: int, spec: TaskSpec, ctx: Any) -> TaskRecord: ...
 
@@ -74,18 +76,34 @@ class TaskSlots:
 
 async def run_stream(tasks: list[TaskSpec], method: StreamMethod, ctx: Any, *,
                      semaphore: asyncio.Semaphore | TaskSlots | None = None,
-                     on_task: Callable[[TaskRecord], Awaitable[None] | None] | None = None) -> list[TaskRecord]:
+                     on_task: Callable[[TaskRecord], Awaitable[None] | None] | None = None,
+                     finished: Mapping[int, TaskRecord] | None = None) -> list[TaskRecord]:
     """Play ``tasks`` in order with a built ``method`` (`skillos.methods.build_method`) in ``ctx`` (its
     `skillos.methods.StreamContext`: the stream's configuration, the executor, the curator, the repo and
     the method's writer). A method with a memory plays the steps one after another (each task sees the
     repo as the previous one left it); "none" plays them independently, overlapping up to ``semaphore`` (a
     `TaskSlots` shared by the streams of a run: the earliest positions first).
-    ``on_task(record)`` (may be a coroutine function) is called as each task ends."""
+    ``on_task(record)`` (may be a coroutine function) is called as each task ends.
+
+    ``finished``: the records of tasks an earlier run of this stream already played (a resumed run), kept
+    as they are and not played again. A sequential stream resumes after its finished prefix, on a repo the
+    caller restored to what the last of them left, so the method's ``resume`` hook runs instead of its
+    ``setup`` (which may have written to that repo already)."""
     method.check(ctx)
-    await method.setup(ctx)
+    finished = dict(finished or {})
+    if method.sequential and finished:
+        missing = [p for p in range(max(finished) + 1) if p not in finished]
+        if missing:
+            raise ValueError(f"a sequential stream resumes after a finished prefix; positions {missing[:5]} "
+                             "were not played")
+        await method.resume(ctx)
+    else:
+        await method.setup(ctx)
     semaphore = semaphore or asyncio.Semaphore(1)
 
     async def one(position: int, spec: TaskSpec) -> TaskRecord:
+        if position in finished:
+            return finished[position]
         async with (semaphore.take(position) if isinstance(semaphore, TaskSlots) else semaphore):
             token = TASK_POSITION.set(position)
             try:
