@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.chaos                       # scenarios 1 and 2 in full (about 2 minutes)
     .venv/bin/python -m bench.chaos --scenario 1          # one of them
     .venv/bin/python -m bench.chaos --scenario 3          # an env replica killed mid-episode (about 2 minutes)
+    .venv/bin/python -m bench.chaos --scenario 4          # the LLM killed mid-episode and mid-curation (3-5 min)
     .venv/bin/python -m bench.chaos --append bench/RESULTS-reliability.md   # and add the section there
 
 Everything is real: `skillos serve skillrepo` processes, a PostgreSQL cluster and a Redis server of the suite's
@@ -32,6 +33,9 @@ compares the final state, read straight from PostgreSQL, with that history (Jeps
    episodes in flight on a end ``env_lost`` with an error saying why (at least one, at most the number in
    flight); no episode started after the kill is lost or fails to start (the proxy sends new sessions to
    b); every other episode ends won, done or max_turns; counts per stop reason.
+
+4. **The LLM backend killed mid-episode and mid-curation** (`bench.chaos_llm`, ``--scenario 4``, not in the
+   default run): its own docstring says what is injected and checked.
 
 `tests/test_chaos.py` runs the same code with small parameters (seconds) and asserts the invariants.
 """
@@ -817,6 +821,13 @@ def episode_stream(url: str, client: int, clients: int, n_tasks: int, max_turns:
                 stop.wait(0.5)  # no hot loop against a failing executor
 
 
+def alfworld_data_dir(given: Path | None = None) -> Path:
+    data = given or Path(os.environ.get("SKILLOS_ALFWORLD_DATA", ROOT.parent / "shared" / "data" / "alfworld"))
+    if not (data / "json_2.1.1").is_dir():
+        raise RuntimeError(f"ALFWorld data missing at {data} (set SKILLOS_ALFWORLD_DATA)")
+    return data
+
+
 def _open_sessions(url: str) -> int:
     try:
         return httpx.get(f"{url}/v1/sessions", timeout=5).json()["count"]
@@ -833,9 +844,7 @@ def env_replica_loss(*, clients: int = 8, max_turns: int = 6, max_tokens: int = 
     past that until an episode started after the kill has been answered (at most ``hang_s``): on a slow
     machine an episode can outlast ``after_s``, and the stream going on is what is checked."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="skillos-chaos-"))
-    data = alfworld_data or Path(os.environ.get("SKILLOS_ALFWORLD_DATA", ROOT.parent / "shared" / "data" / "alfworld"))
-    if not (data / "json_2.1.1").is_dir():
-        raise RuntimeError(f"ALFWorld data missing at {data} (set SKILLOS_ALFWORLD_DATA)")
+    data = alfworld_data_dir(alfworld_data)
     procs: list[ServeProcess] = []
     proxy = None
     try:
@@ -1085,9 +1094,11 @@ def render_redis(r: dict, command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="1,2", help="comma-separated: 1 (PostgreSQL), 2 (Redis), 3 (an env "
-                    "replica killed mid-episode: needs the ALFWorld data and the embedded LLM; not in the default)")
+                    "replica killed mid-episode), 4 (the LLM killed mid-episode and mid-curation); 3 and 4 need the "
+                    "ALFWorld data and the embedded LLM and are not in the default")
     ap.add_argument("--outage-s", type=float, default=None, help="length of each fault (default: PostgreSQL 6 s stopped, 12 s frozen; Redis 8 s)")
-    ap.add_argument("--clients", type=int, default=8, help="scenario 3: concurrent episode streams")
+    ap.add_argument("--clients", type=int, default=None, help="scenarios 3 and 4: concurrent episode streams "
+                    "(default 8 and 4)")
     ap.add_argument("--max-turns", type=int, default=6, help="scenario 3: max_turns of each episode")
     ap.add_argument("--warmup-s", type=float, default=30.0, help="scenario 3: seconds of load before the kill")
     ap.add_argument("--after-s", type=float, default=40.0, help="scenario 3: seconds of load after the kill")
@@ -1112,10 +1123,16 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(render_redis(r, command))
             failed |= bool(redis_invariants(r))
         elif sc.strip() == "3":
-            r = env_replica_loss(clients=args.clients, max_turns=args.max_turns, warmup_s=args.warmup_s,
+            r = env_replica_loss(clients=args.clients or 8, max_turns=args.max_turns, warmup_s=args.warmup_s,
                                  after_s=args.after_s)
             parts.append(render_env(r, command))
             failed |= bool(env_invariants(r))
+        elif sc.strip() == "4":
+            from bench.chaos_llm import llm_invariants, llm_loss, render_llm  # it imports this module
+
+            r = llm_loss(clients=args.clients or 4)
+            parts.append(render_llm(r, command))
+            failed |= bool(llm_invariants(r))
         else:
             ap.error(f"unknown scenario {sc!r}")
         if args.json:

@@ -134,3 +134,59 @@ def test_env_invariants_catch_what_they_are_for():
     assert any("other than 200" in b for b in chaos.env_invariants(result(good + [ep(3, 4, 500, None, "boom", "internal")])))
     assert any("no episode ended env_lost" in b for b in chaos.env_invariants(result(good[1:])))
     assert any("abnormally" in b for b in chaos.env_invariants(result(good + [ep(2, 3, stop_reason="llm_error", error="x")])))
+
+
+@pytest.mark.timeout(1800)
+def test_llm_killed_mid_episode_and_mid_curation(tmp_path):
+    """Scenario 4 short: 2 episode streams and 2 curate calls on the embedded SmolLM2; the LLM SIGKILLed under
+    each and started again on its port. Episodes in flight end llm_error with the reason, later ones finish;
+    a curate call that lost its LLM wrote nothing, every other batch is in the op log whole."""
+    from conftest import SHARED_DATA
+
+    from bench import chaos_llm
+
+    data = SHARED_DATA / "alfworld"
+    _need(f"the ALFWorld data ({data})", (data / "json_2.1.1").is_dir())
+    r = chaos_llm.llm_loss(clients=2, max_turns=3, warmup_s=8, down_s=2, after_s=3, curations=2, workdir=tmp_path,
+                           alfworld_data=data)
+    print(chaos_llm.render_llm(r, "tests/test_chaos.py"))
+    assert r["in_flight_at_kill"] >= 1 and r["after_back_finished"] >= 1
+    assert any(c["error"] for c in r["curations_cut"])
+    assert chaos_llm.llm_invariants(r) == []
+
+
+def test_llm_invariants_catch_what_they_are_for():
+    """A 500, an llm_error without a reason, a cut curate call that wrote, a batch logged in part each break one."""
+    from bench import chaos_llm
+
+    def ep(start, end, status=200, stop_reason="max_turns", error=None, code=None):
+        return {"client": 0, "index": 0, "start": start, "end": end, "status": status, "stop_reason": stop_reason,
+                "error": error, "code": code, "steps": 2}
+
+    def call(key, error=None, applied=(), calls=None):
+        return {"key": key, "status": 200, "s": 1.0, "error": error, "call_id": key,
+                "calls": len(applied) if calls is None else calls, "applied": sorted(applied)}
+
+    def result(eps, cut, again, log, unkeyed=0):
+        return {"episodes": eps, "kill_at_s": 10.0, "back_at_s": 15.0, "hang_s": 300.0, "clients_still_running": 0,
+                "max_s": max(e["end"] - e["start"] for e in eps),
+                "in_flight_at_kill": sum(1 for e in eps if e["start"] < 10 < e["end"]),
+                "after_back_finished": sum(1 for e in eps if e["start"] >= 15 and e["stop_reason"] in chaos_llm.NORMAL_ENDS),
+                "curations_cut": cut, "curations_again": again, "op_log": log, "op_log_unkeyed": unkeyed,
+                "unhandled_errors_logged": 0}
+
+    eps = [ep(5, 11, stop_reason="llm_error", error="llm unreachable"), ep(11, 12, 502, None, "x", "llm_unavailable"),
+           ep(16, 20, stop_reason="won")]
+    cut, again = [call("cut-0", error="connection refused")], [call("again-0", applied=["a", "b"])]
+    log = {"again-0": [{"kind": "ops", "applied": True,
+                        "ops": [("new_skill_insert", "applied", "a"), ("new_skill_insert", "applied", "b")]}]}
+    assert chaos_llm.llm_invariants(result(eps, cut, again, log)) == []
+    broken = lambda *a, **k: " ".join(chaos_llm.llm_invariants(result(*a, **k)))
+    assert "neither 200 nor 502" in broken(eps + [ep(3, 4, 500, None, "boom", "internal")], cut, again, log)
+    assert "saying why" in broken([ep(5, 11, stop_reason="llm_error"), *eps[1:]], cut, again, log)
+    assert "wrote" not in broken(eps, cut, again, log)
+    assert "lost its LLM but has" in broken(eps, cut, again, {**log, "cut-0": [{"kind": "ops", "applied": True, "ops": []}]})
+    partial = {"again-0": [{"kind": "ops", "applied": True, "ops": [("new_skill_insert", "applied", "a")]}]}
+    assert "the op log ['a']" in broken(eps, cut, again, partial)
+    assert "no curate call accounts for" in broken(eps, cut, again, log, unkeyed=1)
+    assert "did not recover" in broken(eps[:2], cut, again, log)
