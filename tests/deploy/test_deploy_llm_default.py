@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 from deploy_tools import CHART, ROOT, helm_template, load_compose, read_env_file, service_env
-from test_deploy_images import DOCKERFILE, effective, stages
+from test_deploy_images import effective, stages
 
 sys.path.insert(0, str(ROOT / "deploy"))
 import pyindex
@@ -205,3 +205,25 @@ def test_plain_manifests_serve_make_runs_llm(make_run):
     for role in ROLES:
         assert literals[f"SKILLOS_{role.upper()}_LLM_MODEL"] == make_run["model"]
     _assert_served_like_make_run({**base, **literals}, make_run, "k8s/overlays/cpu")
+
+
+# ------------------------------------------------------------------------------------ the checks' episode
+def test_compose_check_plays_a_short_alfworld_episode_and_asks_no_win():
+    import compose_check
+
+    assert compose_check.EPISODE["env"] == "alfworld" and 1 <= compose_check.EPISODE_MAX_TURNS <= 5
+    ok = {"stop_reason": "max_turns", "error": None, "success": False,
+          "turns": [{"completion": '{"action": "go to desk 1"}', "action": "go to desk 1"}],
+          "skills": [{"name": compose_check.ALF_SKILL["name"]}]}
+    name = compose_check.ALF_SKILL["name"]
+    assert compose_check.episode_problem(ok, name) is None  # lost, but played: what the check asks
+    assert "llm_error" in compose_check.episode_problem({**ok, "stop_reason": "llm_error", "error": "timeout"}, name)
+    assert compose_check.episode_problem({**ok, "turns": []}, name) == "the episode has no turns"
+    assert compose_check.episode_problem({**ok, "turns": [{"completion": "", "action": ""}]}, name)
+    assert compose_check.episode_problem({**ok, "skills": []}, name)
+
+
+def test_helm_test_plays_a_short_episode_on_alfworld():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["tests"]["episode"]
+    assert values["enabled"] and values["env"] == "alfworld" and 1 < values["maxTurns"] <= 5
+    assert values["timeoutSeconds"] >= 600
