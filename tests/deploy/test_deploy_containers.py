@@ -413,10 +413,15 @@ def test_pyindex_serves_an_index_pip_installs_from(tmp_path):
 
 
 def test_llm_image_names_its_model():
-    """The llm target takes LLM_MODEL (default smollm2, which ships in the venv); the llm-model stage,
-    built FROM the builder (skillos, pip, the index arguments), is where `skillos models fetch` goes."""
+    """The llm target takes LLM_MODEL (a registry name; its default is make run's, see
+    test_deploy_llm_default.py); the llm-model stage, built FROM the builder (skillos, pip, the index
+    arguments, which pip reads from the environment), runs `skillos models fetch` into /models."""
+    from skillos.models import MODELS
+
     all_stages = stages()
-    text = DOCKERFILE.read_text()
-    assert re.search(r"^ARG LLM_MODEL=smollm2$", text, re.MULTILINE)
+    assert pyindex.dockerfile_llm_model() in MODELS
     assert all_stages["llm-model"][0] == ("FROM", "builder")
+    args = [a.split("=")[0] for i, a in all_stages["llm-model"] if i == "ARG"]
+    assert {"PIP_INDEX_URL", "PIP_TRUSTED_HOST", "LLM_MODEL"} <= set(args)
     assert ("COPY", "--from=llm-model --chown=10001:10001 /models /models") in all_stages["llm"]
+    assert 'LABEL org.skillos.llm-model="${LLM_MODEL}"' in [f"{i} {a}" for i, a in all_stages["llm"]]

@@ -31,7 +31,8 @@ INV = collect()
 NAME = re.compile(r"\bSKILLOS_[A-Z0-9_]*[A-Z0-9]\b")
 # SKILLOS_ names in the deployment files that are not settings: none may exist, they would be typos;
 # HEALTHCHECK_PORT, IMAGE_TAG etc. are deliberately not SKILLOS_-prefixed.
-DEPLOY_FILES = [COMPOSE, ENV_FILE, ROOT / "deploy" / "gpu.env", ROOT / "deploy" / "Dockerfile",
+DEPLOY_FILES = [COMPOSE, ENV_FILE, ROOT / "deploy" / "gpu.env", ROOT / "deploy" / "smollm2.env",
+                ROOT / "deploy" / "Dockerfile",
                 *sorted(CHART.rglob("*.yaml")), *sorted(CHART.rglob("*.tpl")),
                 *sorted((ROOT / "k8s").rglob("*.yaml")), *sorted((ROOT / "k8s").rglob("*.env"))]
 
