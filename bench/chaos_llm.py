@@ -26,6 +26,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -62,7 +63,7 @@ def _curate(url: str, trajectory: dict, key: str, hang_s: float) -> dict:
     try:
         r = httpx.post(f"{url}/v1/curate", timeout=hang_s, json={
             "trajectory": trajectory, "self_judged_success": False, "repo": REPO, "idempotency_key": key,
-            "temperature": 0.7, "seed": hash(key) % 1000})
+            "temperature": 0.7, "seed": zlib.crc32(key.encode()) % 1000})
     except httpx.TimeoutException:
         return {"key": key, "status": -1, "s": time.monotonic() - start, "error": "no answer within the hang bound"}
     except httpx.TransportError as e:
@@ -77,6 +78,23 @@ def _curate(url: str, trajectory: dict, key: str, hang_s: float) -> dict:
         err = body.get("error") if isinstance(body.get("error"), dict) else {}
         out.update(code=err.get("code", "not-the-error-shape"), error=err.get("message", r.text[:300]))
     return out
+
+
+def _busy(llm_url: str, at_least: int, within_s: float) -> int:
+    """Wait until llama-server is generating for ``at_least`` requests (its own gauge, through the wrapper),
+    at most ``within_s``; the count seen. A kill on a timer alone may find the work not started or done."""
+    deadline, seen = time.monotonic() + within_s, 0
+    while time.monotonic() < deadline:
+        try:
+            text = httpx.get(f"{llm_url}/metrics", timeout=5).text
+            seen = int(float(next(line.split()[-1] for line in text.splitlines()
+                                  if line.startswith("llamacpp:requests_processing"))))
+        except (httpx.HTTPError, StopIteration, ValueError):
+            seen = 0
+        if seen >= at_least:
+            return seen
+        time.sleep(0.2)
+    return seen
 
 
 def _op_log(repo_url: str) -> list[dict]:
@@ -134,6 +152,7 @@ def llm_loss(*, clients: int = 4, max_turns: int = 4, max_tokens: int = 48, warm
         for t in threads:
             t.start()
         time.sleep(warmup_s)
+        _busy(llm.url, 1, 120)
         marks["kill"] = llm.kill()
         time.sleep(down_s)
         llm = _llm(llm_port, workdir / "llm-2.log", parallel)
@@ -156,7 +175,7 @@ def llm_loss(*, clients: int = 4, max_turns: int = 4, max_tokens: int = 48, warm
         # --- the LLM killed mid-curation ---
         with ThreadPoolExecutor(curations) as pool:
             cut = [pool.submit(_curate, curator.url, trajectory, f"cut-{i}", hang_s) for i in range(curations)]
-            time.sleep(2.0)   # the calls are generating (a curator prompt takes seconds to read on 2 cores)
+            _busy(llm.url, curations, 120)   # every call is at its LLM
             marks["curation_kill"] = llm.kill()
             cut = [f.result() for f in cut]
         llm = _llm(llm_port, workdir / "llm-3.log", parallel)

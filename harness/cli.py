@@ -102,7 +102,18 @@ def methods_cmd() -> None:
             typer.echo(f"    {field} = {info.default!r}  {info.description or ''}".rstrip())
 
 
-def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | reasoning"),
+# what a resumed run takes from its folder: given with --resume they are refused, not silently dropped
+RUN_SHAPE = ("env", "split", "method", "param", "from_repo", "baseline", "limit", "task_type", "per_type", "seeds",
+             "order", "k", "retrieval", "max_turns", "history_len", "acting", "oracle_judge")
+
+
+def _on_command_line(ctx: typer.Context, name: str) -> bool:
+    # by name: typer carries its own copy of click, whose ParameterSource is not click's
+    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+
+
+def run(ctx: typer.Context,
+        env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | reasoning"),
         split: str = typer.Option(None, "--split",
                                   help="default: alfworld valid_seen, else test, else the first split"),
         method: str = typer.Option("skillos", "--method", help=(
@@ -125,8 +136,8 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
         concurrency: int = typer.Option(1, "--concurrency", min=1, help="episodes in flight at once"),
         out: Path = OutOption,
         resume: Path = typer.Option(None, "--resume", help=(
-            "play on in this earlier run's folder from its last finished tasks (the options it was started with "
-            "replace the options given here; where the services are is still this command's)")),
+            "play on in this earlier run's folder from its last finished tasks, with the options it was started "
+            "with (--concurrency and where the services are may be given again)")),
         k: int = typer.Option(5, "--k", min=0, help="skills retrieved per task"),
         retrieval: str = typer.Option("bm25", "--retrieval",
                                       help="how skills are searched: bm25 (the paper's) | dense | hybrid"),
@@ -164,16 +175,22 @@ def run(env: str = typer.Option("alfworld", "--env", help="alfworld | webshop | 
 
     console = Console(stderr=True)
     try:
-        opts = run_options(env=env, split=split, method=method, param=param, baseline=baseline, from_repo=from_repo,
-                           limit=limit, task_type=task_type, per_type=per_type, seeds=seeds, order=order,
-                           concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,
-                           history_len=history_len, acting=acting, oracle_judge=oracle_judge)
         if resume is not None:
+            given = [f"--{name.replace('_', '-')}" for name in RUN_SHAPE if _on_command_line(ctx, name)]
+            if given:
+                fail(f"--resume plays on with the options the run was started with; drop {', '.join(given)}")
             if out is not None and out.resolve() != resume.resolve():
                 fail("--resume plays on in the folder it names; drop --out")
             opts = resumed_options(resume)
+            if _on_command_line(ctx, "concurrency"):
+                opts = dataclasses.replace(opts, concurrency=concurrency)
             env, split = opts.env, opts.split
             console.print(f"resuming {resume}: {'+'.join(opts.methods)} on {env}/{split}, with the options it was started with")
+        else:
+            opts = run_options(env=env, split=split, method=method, param=param, baseline=baseline,
+                               from_repo=from_repo, limit=limit, task_type=task_type, per_type=per_type, seeds=seeds,
+                               order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,
+                               history_len=history_len, acting=acting, oracle_judge=oracle_judge)
     except ResumeError as e:
         fail(f"--resume {resume}: {e}")
     except ValueError as e:

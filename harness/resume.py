@@ -16,8 +16,11 @@ fixed repo), just skip their finished tasks.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +88,40 @@ def finished_records(folder: Path) -> dict[tuple[str, int], dict[int, TaskRecord
     return dict(out)
 
 
+@contextmanager
+def run_lock(folder: Path) -> Iterator[None]:
+    """One `skillos run` at a time in a folder: a second one (a resume of a run still playing, or two
+    resumes) would play the same repos and append to the same log."""
+    path = RunFolder(folder).lock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise ResumeError(f"another `skillos run` is playing in {folder} (pid {f.read().strip() or '?'}); "
+                              "stop it first, or resume once it has stopped") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_models(before: dict[str, Any], now: dict[str, Any]) -> None:
+    """A resumed run must play on the models it started with, or its report would credit every task to
+    the new ones."""
+    name = lambda info: (info or {}).get("served_as") or (info or {}).get("model")
+    changed = [f"{role}: {name(before[role])} then, {name(now.get(role))} now" for role in before
+               if role in now and name(before[role]) != name(now[role])]
+    if changed:
+        raise ResumeError("the stack serves other models than the run started with (" + "; ".join(changed)
+                          + "); resume it on the same models, or start a new run")
+
+
 def check_positions(finished: dict[int, TaskRecord], ordered_ids: list[str], stream: str) -> None:
     for position, record in finished.items():
         if position >= len(ordered_ids) or ordered_ids[position] != record.task_id:
@@ -99,6 +136,24 @@ def last_prefix(finished: dict[int, TaskRecord]) -> int:
     while n in finished:
         n += 1
     return n
+
+
+def snapshot_positions(folder: Path, repo: str) -> list[int]:
+    """The positions a repo has a snapshot for, in order."""
+    run = RunFolder(folder)
+    out = []
+    for path in run.resume_dir.glob(f"{repo}@*.tar.gz"):
+        pos = path.name[len(repo) + 1:-len(".tar.gz")]
+        if pos.isdigit() and run.repo_snapshot(repo, int(pos)) == path:
+            out.append(int(pos))
+    return sorted(out)
+
+
+def resume_point(folder: Path, repo: str, prefix: int) -> int:
+    """How many of a learning stream's first ``prefix`` finished tasks it keeps: up to the newest snapshot
+    among them (one that could not be written, or was lost, costs the tasks after the one before it)."""
+    kept = [p for p in snapshot_positions(folder, repo) if p < prefix]
+    return kept[-1] + 1 if kept else 0
 
 
 async def save_snapshot(folder: Path, repo_client: Any, method: str, repo: str, position: int) -> None:
@@ -116,20 +171,18 @@ async def save_snapshot(folder: Path, repo_client: Any, method: str, repo: str, 
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
-        for old in sorted(run.resume_dir.glob(f"{name}@*.tar.gz"))[:-KEEP_SNAPSHOTS]:
-            old.unlink(missing_ok=True)
+        for old in snapshot_positions(folder, name)[:-KEEP_SNAPSHOTS]:
+            run.repo_snapshot(name, old).unlink(missing_ok=True)
 
 
 async def restore_snapshot(folder: Path, repo_client: Any, method: str, repo: str, position: int) -> None:
-    """Make the stream's repos what the task at ``position`` left (created where the skill repo lacks them)."""
+    """Make the stream's repos what the task at ``position`` left (created where the skill repo lacks them;
+    a companion that had no snapshot then did not exist yet, and is dropped)."""
     run = RunFolder(folder)
-    main = run.repo_snapshot(repo, position)
-    if not main.is_file():
-        raise ResumeError(f"{main} is missing: the stream of {method!r} cannot resume its repo after task "
-                          f"{position}; start a new run")
     for name in stream_repos(method, repo):
         path = run.repo_snapshot(name, position)
         if not path.is_file():
+            await _drop(repo_client, name)
             continue
         try:
             await repo_client.create_repo(name)
@@ -139,15 +192,19 @@ async def restore_snapshot(folder: Path, repo_client: Any, method: str, repo: st
         await repo_client.import_(name, path.read_bytes(), replace=True)
 
 
+async def _drop(repo_client: Any, name: str) -> None:
+    try:
+        await repo_client.delete_repo(name)
+    except SkillRepoError as e:
+        if e.status != 404:
+            raise
+
+
 async def fresh_repo(repo_client: Any, method: str, repo: str, from_repo: str | None) -> None:
     """A stream that starts again from its first task: its repos as a new run would find them (the method's
     setup makes the companions)."""
     for name in stream_repos(method, repo):
-        try:
-            await repo_client.delete_repo(name)
-        except SkillRepoError as e:
-            if e.status != 404:
-                raise
+        await _drop(repo_client, name)
     if from_repo:
         await repo_client.fork_repo(from_repo, repo)
     else:

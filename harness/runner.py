@@ -23,6 +23,7 @@ from harness.report import (
 )
 from harness.resume import (
     ResumeError,
+    check_models,
     check_positions,
     finished_records,
     fresh_repo,
@@ -30,6 +31,8 @@ from harness.resume import (
     load_state,
     options_config,
     restore_snapshot,
+    resume_point,
+    run_lock,
     save_snapshot,
 )
 from harness.stack import ENVS
@@ -210,8 +213,16 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out):
+        return await _run_job(opts, out, stamp, on_task, on_start)
+
+
+async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -> tuple[Path, dict[str, Any]]:
     previous = load_state(out) if opts.resume else None
+    if previous is not None and previous.status == "done":
+        raise ResumeError(f"the run in {out} has finished (every task played); there is nothing to resume")
     run_id = previous.config["run_id"] if previous else f"run-{stamp}-{random.randrange(16**6):06x}"
+    attempt = len(previous.resumed_at) + 1 if previous else 0
     env_url = opts.urls["env"]
     async with AsyncEnvClient(env_url, token=opts.token) as env_client, \
             AsyncSkillRepoClient(opts.urls["skillrepo"], token=opts.token,
@@ -225,17 +236,29 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
         tasks = await select_tasks(env_client, opts.split, opts.limit, opts.task_type, opts.per_type)
         for m in opts.methods:
             METHODS[m].check_tasks(opts.env, {t.type for t in tasks})
-        if opts.from_repo:
+        semaphore = TaskSlots(opts.concurrency)   # the streams' episodes, earliest task first: pairs advance together
+        plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
+        finished = finished_records(out) if previous else {}
+        # each stream's start, decided (and checked) before the folder or any repo is touched
+        starts: dict[tuple[str, int], tuple[dict[int, TaskRecord], str]] = {}
+        for m, s in plans:
+            done = finished.get((m, s), {})
+            check_positions(done, [t.id for t in order_tasks(tasks, opts.order, s)], f"{m} seed {s}")
+            how = "fresh" if previous else "new"   # a repo of a stream that plays from its first task
+            if build_method(m, opts.params.get(m, {})).sequential:
+                # after the finished prefix, and no further than its newest snapshot (harness.resume)
+                keep = resume_point(out, repo_name(run_id, m, s), last_prefix(done)) if done else 0
+                done = {p: r for p, r in done.items() if p < keep}
+                how = "restore" if done else how
+            starts[(m, s)] = (done, how if METHODS[m].uses_repo else "none")
+        if opts.from_repo and any(how in ("new", "fresh") for _, how in starts.values()):
             try:
                 await repo_client.get_repo(opts.from_repo)
             except SkillRepoError as e:
                 raise ValueError(f"--from-repo {opts.from_repo!r}: {e.message}") from None
-        semaphore = TaskSlots(opts.concurrency)   # the streams' episodes, earliest task first: pairs advance together
-        plans = [(m, s) for s in range(opts.seeds) for m in opts.methods]
-        finished = finished_records(out) if previous else {}
-        for m, s in plans:
-            check_positions(finished.get((m, s), {}), [t.id for t in order_tasks(tasks, opts.order, s)],
-                            f"{m} seed {s}")
+        models = await describe_models(opts.llms)
+        if previous:
+            check_models(previous.config.get("models") or {}, models)
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
                   "limit": opts.limit, "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds,
                   "order": opts.order, "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
@@ -244,40 +267,38 @@ async def run_job(opts: RunOptions, *, on_task: Callable[[str, TaskRecord], None
                   "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
-                  "models": await describe_models(opts.llms)}
+                  "models": models}
         live = RunLog(out, config, total=len(tasks) * len(plans),
                       repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)
         if on_start:
-            on_start(len(tasks) * len(plans), sum(len(f) for f in finished.values()))
+            on_start(len(tasks) * len(plans), sum(len(done) for done, _ in starts.values()))
 
         async def play(method: str, seed: int) -> StreamRun:
             built = build_method(method, opts.params.get(method, {}))
-            done = finished.get((method, seed), {})
-            if built.sequential:   # resume after the finished prefix: a later finished task is played again
-                prefix = last_prefix(done)
-                done = {p: r for p, r in done.items() if p < prefix}
-            repo = None
-            if METHODS[method].uses_repo:
-                repo = repo_name(run_id, method, seed)
-                if built.sequential and done:
-                    await restore_snapshot(out, repo_client, method, repo, max(done))
-                elif previous:
-                    await fresh_repo(repo_client, method, repo, opts.from_repo)
-                elif opts.from_repo:
-                    await repo_client.fork_repo(opts.from_repo, repo)
-                else:
-                    await repo_client.create_repo(repo)
+            done, how = starts[(method, seed)]
+            repo = repo_name(run_id, method, seed) if METHODS[method].uses_repo else None
+            if how == "restore":
+                await restore_snapshot(out, repo_client, method, repo, max(done))
+            elif how == "fresh":
+                await fresh_repo(repo_client, method, repo, opts.from_repo)
+            elif how == "new" and opts.from_repo:
+                await repo_client.fork_repo(opts.from_repo, repo)
+            elif how == "new":
+                await repo_client.create_repo(repo)
             stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, retrieval=opts.retrieval,
                                   max_turns=opts.max_turns, acting=opts.acting,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,
-                                  curator_temperature=opts.curator_temperature, run_id=run_id,
+                                  curator_temperature=opts.curator_temperature, run_id=run_id, attempt=attempt,
                                   params=opts.params.get(method, {}))
             ctx = StreamContext(stream, executor, curator=curator if METHODS[method].uses_curator else None,
                                 repo=repo_client, llm=writer if METHODS[method].uses_writer else None)
 
             async def ended(record: TaskRecord) -> None:
                 if repo and built.sequential:   # the repos this task left, before its record (harness.resume)
-                    await save_snapshot(out, repo_client, method, repo, record.position)
+                    try:
+                        await save_snapshot(out, repo_client, method, repo, record.position)
+                    except (SkillRepoError, OSError) as e:   # the run goes on; a resume replays from the one before
+                        record.method_info["snapshot_error"] = f"{type(e).__name__}: {e}"[:500]
                 live.task(record)
                 if on_task:
                     on_task(method, record)

@@ -16,6 +16,7 @@ A **stream run** (`skillos run`; written by `harness.report`):
                                a learning stream's repos (the stream's and its companions) as the task at
                                that position left them, written before its tasks.jsonl line (the last two
                                kept): `skillos run --resume` restores them and plays on from there
+    .lock                      held by the `skillos run` playing in the folder (its pid)
 
 Older stream folders have only ``summary.json`` and ``tasks/*.json``; a live one only ``run.json`` and
 ``tasks.jsonl``.
@@ -58,6 +59,7 @@ OP_MIX_PLOT = "op_mix.png"
 STREAM_PLOTS = (SUCCESS_PLOT, REPO_SIZE_PLOT, OP_MIX_PLOT)
 REPO_DIR = "repo"
 RESUME_DIR = "resume"
+RUN_LOCK = ".lock"
 TRAIN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 ROLLOUTS_DIR = "rollouts"
@@ -116,6 +118,11 @@ class RunFolder:
     def repo_dir(self, folder: str) -> Path:
         """Where a stream's final skills are exported (``seed<seed>`` for SkillOS, else ``<method>-seed<seed>``)."""
         return self.path / REPO_DIR / folder
+
+    @property
+    def lock(self) -> Path:
+        """Held (flock) by the `skillos run` playing in this folder; holds its pid."""
+        return self.path / RUN_LOCK
 
     @property
     def resume_dir(self) -> Path:

@@ -155,7 +155,9 @@ async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajector
             retrieved_skills=[RetrievedSkill(name=s.name, description=s.description, content=s.body,
                                              version=s.version) for s in skills],
             repo=config.repo, apply=True, temperature=config.curator_temperature, seed=config.seed,
-            idempotency_key=f"{config.repo}:{position}:{spec.id}",
+            # the same key for the HTTP retries of one call; a resumed run plays a task again under a new one
+            # (the repo remembers keys: the replay of a task curated before the stop would be "replayed")
+            idempotency_key=f"{config.repo}:{position}:{spec.id}" + (f":r{config.attempt}" if config.attempt else ""),
             origin=OpOrigin(source="run", run=config.run_id, seed=config.seed, position=position,
                             task_id=spec.id[:500])))
     except Exception as e:  # noqa: BLE001 - the stream goes on with the repo unchanged

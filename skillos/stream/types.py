@@ -59,6 +59,7 @@ class StreamConfig:
     curator_temperature: float | None = None
     self_judge: bool = True  # False: give the curator the environment's verdict instead (oracle ablation)
     run_id: str | None = None  # kept with the curator's ops in the repo's op log (their origin)
+    attempt: int = 0  # how many times the run was resumed: a task played again is a new write, not a retry
     params: dict[str, Any] = field(default_factory=dict)  # the method's own parameters (validated by it)
     acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
 

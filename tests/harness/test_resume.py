@@ -20,11 +20,14 @@ import pytest
 from harness.report import RunLog
 from harness.resume import (
     ResumeError,
+    check_models,
     check_positions,
     finished_records,
     last_prefix,
     options_config,
     record_from_entry,
+    resume_point,
+    run_lock,
 )
 from harness.runner import resumed_options
 from skillos.clients.skillrepo import SkillRepoClient
@@ -101,6 +104,51 @@ def test_positions_are_held_against_the_tasks_the_run_now_plays():
     assert last_prefix({0: 1, 1: 1, 3: 1}) == 2 and last_prefix({1: 1}) == 0
 
 
+def test_a_stream_keeps_no_more_than_its_newest_snapshot(tmp_path):
+    (tmp_path / "resume").mkdir()
+    for pos in (3, 4, 12):
+        (tmp_path / "resume" / f"run-x-s0@{pos:04d}.tar.gz").write_bytes(b"")
+    (tmp_path / "resume" / "run-x-s0-trajectories@0011.tar.gz").write_bytes(b"")   # a companion's
+    assert resume_point(tmp_path, "run-x-s0", 13) == 13      # the last finished task's snapshot is there
+    assert resume_point(tmp_path, "run-x-s0", 12) == 5       # 5..11 are played again from the one of task 4
+    assert resume_point(tmp_path, "run-x-s0", 3) == 0        # none: from the first task, on a fresh repo
+
+
+def test_one_run_at_a_time_in_a_folder(tmp_path):
+    with run_lock(tmp_path), pytest.raises(ResumeError, match=f"another `skillos run` is playing in .* \\(pid {os.getpid()}\\)"), run_lock(tmp_path):
+        pass
+    with run_lock(tmp_path):   # released
+        pass
+
+
+def test_a_resume_on_other_models_is_refused():
+    before = {"executor": {"model": "qwen2.5-coder-1.5b-instruct", "served_as": "qwen2.5-coder-1.5b-instruct"}}
+    check_models(before, {"executor": {"model": "qwen2.5-coder-1.5b-instruct"}, "curator": {"model": "x"}})
+    with pytest.raises(ResumeError, match="executor: qwen2.5-coder-1.5b-instruct then, smollm2-135m-instruct now"):
+        check_models(before, {"executor": {"model": "smollm2-135m-instruct"}})
+
+
+def test_a_task_played_again_after_a_resume_is_curated_under_a_new_key():
+    """The repo remembers idempotency keys: the replay of a task curated before the stop must not be
+    answered "replayed" (its ops never applied to the restored repo)."""
+    from skillos.protocol.curator import Trajectory
+    from skillos.stream.step import curate_trajectory
+    from skillos.stream.types import StreamConfig
+
+    keys = []
+
+    class Curator:
+        async def curate(self, request):
+            keys.append(request.idempotency_key)
+            raise RuntimeError("enough")
+
+    for attempt in (0, 2):
+        config = StreamConfig(env="alfworld", repo="run-x-s0", run_id="run-x", attempt=attempt)
+        asyncio.run(curate_trajectory(3, TaskSpec(id="t3"), Trajectory(task="t"), False, [], config, Curator(),
+                                      _record(3)))
+    assert keys == ["run-x-s0:3:t3", "run-x-s0:3:t3:r2"]
+
+
 class _Counting:
     """A method in process: what the loop does with finished records needs no service."""
 
@@ -145,6 +193,15 @@ def test_resume_of_a_folder_that_is_no_run_exits_non_zero_and_says_so(tmp_path):
     assert proc.returncode != 0 and "not a stream run folder" in proc.stdout + proc.stderr
 
 
+def test_resume_refuses_options_that_would_be_ignored(tmp_path):
+    RunLog(tmp_path, _config(), total=2, repos=[])
+    proc = subprocess.run([sys.executable, "-m", "skillos.cli", "run", "--resume", str(tmp_path), "--no-start",
+                           "--method", "sapo", "--max-turns", "5"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "drop --method, --max-turns" in " ".join((proc.stdout + proc.stderr).split())
+
+
 @pytest.mark.timeout(2400)
 @pytest.mark.skipif(not (SHARED_DATA / "alfworld").exists(), reason="ALFWorld data not present")
 def test_a_killed_run_resumes_from_its_last_finished_task(alfworld_stack, tmp_path):
@@ -183,3 +240,6 @@ def test_a_killed_run_resumes_from_its_last_finished_task(alfworld_stack, tmp_pa
     assert run["status"] == "done" and len(run["resumed_at"]) == 1 and run["config"]["run_id"] in repo
     assert "spoiled-after-the-snapshot" not in {s.name for s in repos.list_skills(repo)}
     assert (out / "summary.md").exists()
+    again = skillos_run(["--resume", str(out)], state, out)   # a finished run: nothing to play, folder untouched
+    assert again.returncode != 0 and "nothing to resume" in " ".join((again.stdout + again.stderr).split())
+    assert json.loads((out / "run.json").read_text()) == run
