@@ -14,8 +14,9 @@ whole process group (a pod gone), then the LLM started again on the same port (t
 * **mid-curation**: ``curations`` concurrent curate calls (each with its own idempotency key) on a real
   trajectory, the LLM killed while they generate, then the same calls again once it is back. Checked against
   the repo's op log: a call that lost its LLM answered with ``error`` and no calls, and wrote nothing; every
-  other call's batch is in the log whole (one entry, its ops as the answer says) or not at all (a refused
-  batch); no write the answers do not account for.
+  other call is one entry of the log with each op's fate as the answer says (the curator's batches are
+  non-atomic by design, each call judged on its own: `skillos.curation.ATOMIC`); no write the answers do not
+  account for.
 
 That `skillos run` resumes its stream after such a stop is `harness.resume`'s, tested end to end by
 tests/harness/test_resume.py (a real run SIGKILLed and resumed).
@@ -259,7 +260,9 @@ def llm_invariants(r: dict) -> list[str]:
             continue
         if len(entries) > 1:
             bad.append(f"curate {call['key']}: {len(entries)} op-log entries for one batch")
-        logged = sorted(o[2] or "" for e in entries if e["applied"] for o in e["ops"] if o[1] == "applied")
+        # per op, not the entry's flag: the curator sends its batch non-atomically by design (each call judged
+        # on its own, r_fc; `skillos.curation.ATOMIC`), so an entry with a refused op is applied=false
+        logged = sorted(o[2] or "" for e in entries for o in e["ops"] if o[1] == "applied")
         if logged != call["applied"]:
             bad.append(f"curate {call['key']}: the answer applied {call['applied']}, the op log {logged}")
     if not any(c["status"] == 200 and c["error"] for c in r["curations_cut"]):
@@ -295,7 +298,8 @@ def render_llm(r: dict, command: str) -> str:
          f"{r['after_back']}, finished normally {r['after_back_finished']}."),
         f"* **Mid-curation**, {r['curations']} calls cut by the kill: {calls(r['curations_cut'])}.",
         f"* **Again once it was back**: {calls(r['curations_again'])}.",
-        (f"* **Op log**: {sum(len(v) for v in r['op_log'].values())} entries, each a whole batch of one answered call; "
+        (f"* **Op log**: {sum(len(v) for v in r['op_log'].values())} entries, one per answered call, each op's fate as "
+         f"its answer says; "
          f"{r['op_log_unkeyed']} no call accounts for. `unhandled_error` lines logged: {r['unhandled_errors_logged']}."),
         "* **Verdict**: " + ("every invariant held." if not bad else "BROKEN: " + " ".join(bad)),
     ]

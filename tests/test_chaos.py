@@ -188,5 +188,10 @@ def test_llm_invariants_catch_what_they_are_for():
     assert "lost its LLM but has" in broken(eps, cut, again, {**log, "cut-0": [{"kind": "ops", "applied": True, "ops": []}]})
     partial = {"again-0": [{"kind": "ops", "applied": True, "ops": [("new_skill_insert", "applied", "a")]}]}
     assert "the op log ['a']" in broken(eps, cut, again, partial)
+    # a batch with a refused op is applied=false as a whole, its other ops applied (non-atomic by design)
+    mixed = {"again-0": [{"kind": "ops", "applied": False, "ops": [("new_skill_insert", "applied", "a"),
+                                                                   ("new_skill_insert", "refused", "a"),
+                                                                   ("new_skill_insert", "applied", "b")]}]}
+    assert chaos_llm.llm_invariants(result(eps, cut, again, mixed)) == []
     assert "no curate call accounts for" in broken(eps, cut, again, log, unkeyed=1)
     assert "did not recover" in broken(eps[:2], cut, again, log)
