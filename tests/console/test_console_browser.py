@@ -98,7 +98,9 @@ def test_login_search_skill_diff_restore(tab, stack):
     assert float(page.locator("#hits .score").first.inner_text()) > 0
     tab.shot("search")
     page.locator("#mode").select_option("dense")  # the same query, by meaning
-    page.wait_for_selector("#search-results h2:has-text('(dense)')")
+    # the repo's first dense search loads its sentence encoder: seconds idle, over a minute once on a loaded
+    # machine (seen beside an evaluation), so the wait is longer than Playwright's default
+    page.wait_for_selector("#search-results h2:has-text('(dense)')", timeout=180_000)
     assert "mode=dense" in page.url and page.locator("#hits a:text('heat-mug')").count() == 1
     page.locator("#mode").select_option("bm25")
     page.wait_for_selector("#search-results h2:not(:has-text('(dense)'))")
