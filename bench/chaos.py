@@ -821,6 +821,35 @@ def episode_stream(url: str, client: int, clients: int, n_tasks: int, max_turns:
                 stop.wait(0.5)  # no hot loop against a failing executor
 
 
+class EpisodeLoad:
+    """``clients`` threads, each an `episode_stream` against the executor at ``url``, started at once."""
+
+    def __init__(self, url: str, clients: int, n_tasks: int, max_turns: int, max_tokens: int, hang_s: float):
+        self.episodes: list[Episode] = []
+        self.lock, self._stop, self.hang_s = threading.Lock(), threading.Event(), hang_s
+        self.threads = [threading.Thread(target=episode_stream, args=(url, c, clients, n_tasks, max_turns, max_tokens,
+                                                                      self._stop, self.episodes, self.lock, hang_s),
+                                         daemon=True) for c in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def wait_answered_after(self, moment: float) -> None:
+        """Until an episode started at ``moment`` or later has been answered (at most the hang bound)."""
+        deadline = time.monotonic() + self.hang_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if any(e.start >= moment for e in self.episodes):
+                    return
+            time.sleep(0.5)
+
+    def stop(self) -> int:
+        """Stop posting, let the episodes in flight finish; how many clients never came back."""
+        self._stop.set()
+        for t in self.threads:
+            t.join(timeout=self.hang_s + 30)
+        return sum(t.is_alive() for t in self.threads)
+
+
 def alfworld_data_dir(given: Path | None = None) -> Path:
     data = given or Path(os.environ.get("SKILLOS_ALFWORLD_DATA", ROOT.parent / "shared" / "data" / "alfworld"))
     if not (data / "json_2.1.1").is_dir():
@@ -871,14 +900,8 @@ def env_replica_loss(*, clients: int = 8, max_turns: int = 6, max_tokens: int = 
             p.wait_healthy(300)
         n_tasks = httpx.get(f"{replicas['b'].url}/v1/tasks", params={"split": "valid_seen"}, timeout=60).json()["count"]
 
-        episodes: list[Episode] = []
-        lock, stop = threading.Lock(), threading.Event()
-        threads = [threading.Thread(target=episode_stream, args=(executor.url, c, clients, n_tasks, max_turns,
-                                                                 max_tokens, stop, episodes, lock, hang_s), daemon=True)
-                   for c in range(clients)]
         marks = {"begin": time.monotonic()}
-        for t in threads:
-            t.start()
+        load = EpisodeLoad(executor.url, clients, n_tasks, max_turns, max_tokens, hang_s)
         time.sleep(warmup_s)
         # kill only once sessions are open on both replicas (at most 60 s more), so that the kill is mid-episode
         deadline = time.monotonic() + 60
@@ -889,18 +912,11 @@ def env_replica_loss(*, clients: int = 8, max_turns: int = 6, max_tokens: int = 
             time.sleep(0.2)
         marks["kill"] = replicas["a"].kill()
         time.sleep(after_s)
-        deadline = time.monotonic() + hang_s
-        while time.monotonic() < deadline:
-            with lock:
-                if any(e.start >= marks["kill"] + grace_s for e in episodes):
-                    break
-            time.sleep(0.5)
+        load.wait_answered_after(marks["kill"] + grace_s)
         marks["stop"] = time.monotonic()
-        stop.set()
-        for t in threads:
-            t.join(timeout=hang_s + 30)
+        still_running = load.stop()
         marks["end"] = time.monotonic()
-        still_running = sum(t.is_alive() for t in threads)
+        episodes = load.episodes
         logs = executor.logs()
         routed, skipped = dict(proxy.routed), dict(proxy.skipped)
     finally:

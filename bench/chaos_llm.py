@@ -25,7 +25,6 @@ tests/harness/test_resume.py (a real run SIGKILLed and resumed).
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 import zlib
 from collections import Counter
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.chaos import NORMAL_ENDS, Episode, ServeProcess, _pct, alfworld_data_dir, episode_stream
+from bench.chaos import NORMAL_ENDS, EpisodeLoad, ServeProcess, _pct, alfworld_data_dir
 from skillos.net import free_port
 
 MODEL = "smollm2-135m-instruct"
@@ -144,14 +143,8 @@ def llm_loss(*, clients: int = 4, max_turns: int = 4, max_tokens: int = 48, warm
         trajectory = _trajectory(executor.url, hang_s)
 
         # --- the LLM killed mid-episode ---
-        episodes: list[Episode] = []
-        lock, stop = threading.Lock(), threading.Event()
-        threads = [threading.Thread(target=episode_stream, args=(executor.url, c, clients, n_tasks, max_turns,
-                                                                 max_tokens, stop, episodes, lock, hang_s), daemon=True)
-                   for c in range(clients)]
         marks = {"begin": time.monotonic()}
-        for t in threads:
-            t.start()
+        load = EpisodeLoad(executor.url, clients, n_tasks, max_turns, max_tokens, hang_s)
         time.sleep(warmup_s)
         _busy(llm.url, 1, 120)
         marks["kill"] = llm.kill()
@@ -161,17 +154,10 @@ def llm_loss(*, clients: int = 4, max_turns: int = 4, max_tokens: int = 48, warm
         llm.wait_healthy(300)
         marks["back"] = time.monotonic()
         time.sleep(after_s)
-        deadline = time.monotonic() + hang_s
-        while time.monotonic() < deadline:   # until an episode started after the LLM came back is answered
-            with lock:
-                if any(e.start >= marks["back"] for e in episodes):
-                    break
-            time.sleep(0.5)
-        stop.set()
-        for t in threads:
-            t.join(timeout=hang_s + 30)
+        load.wait_answered_after(marks["back"])   # an episode started after the LLM came back
+        still_running = load.stop()
         marks["episodes_end"] = time.monotonic()
-        still_running = sum(t.is_alive() for t in threads)
+        episodes = load.episodes
 
         # --- the LLM killed mid-curation ---
         with ThreadPoolExecutor(curations) as pool:
