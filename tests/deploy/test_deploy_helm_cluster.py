@@ -199,7 +199,11 @@ def test_helm_test_pod_goes_through_the_services():
     config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "skillos-config")
     assert config["data"]["SKILLOS_SKILLREPO_URL"] == "http://skillos-skillrepo:8001"
     assert config["data"]["SKILLOS_EXECUTOR_URL"] == "http://skillos-executor:8002"
-    assert '"env": "alfworld"' in c["args"][0] and '"max_turns": 1' in c["args"][0]
+    episode = yaml.safe_load((CHART / "values.yaml").read_text())["tests"]["episode"]
+    assert f'"env": "{episode["env"]}"' in c["args"][0]
+    assert f'"max_turns": {episode["maxTurns"]},' in c["args"][0]
+    few_turns = helm_template("values-cpu.yaml", sets=("tests.episode.maxTurns=1",))
+    assert '"max_turns": 1,' in next(o for o in few_turns if o["kind"] == "Pod")["spec"]["containers"][0]["args"][0]
     assert not [o for o in helm_template("values-cpu.yaml", sets=("tests.enabled=false",)) if o["kind"] == "Pod"]
     no_episode = helm_template("values-cpu.yaml", sets=("tests.episode.enabled=false",))
     assert "/v1/episodes" not in next(o for o in no_episode if o["kind"] == "Pod")["spec"]["containers"][0]["args"][0]
