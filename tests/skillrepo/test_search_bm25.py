@@ -102,3 +102,66 @@ def test_compaction_keeps_results():
     ref = reference_scores(docs, ["apple"])
     got = idx.scores(["apple"])
     assert got.keys() == ref.keys() and all(got[k] == pytest.approx(ref[k]) for k in ref)
+
+
+def _fast_reference(docs: dict[str, list[str]], query: list[str], k1=K1, b=B) -> dict[str, float]:
+    """`reference_scores` with each df counted once (thousands of documents)."""
+    n = len(docs)
+    avgdl = sum(len(t) for t in docs.values()) / n
+    df = {q: sum(1 for t in docs.values() if q in t) for q in set(query)}
+    out = {}
+    for name, toks in docs.items():
+        s = 0.0
+        for q in query:
+            if df[q]:
+                tf = toks.count(q)
+                s += math.log(1 + (n - df[q] + 0.5) / (df[q] + 0.5)) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avgdl))
+        if s > 0:
+            out[name] = s
+    return out
+
+
+def test_cached_columns_stay_exact_through_writes_and_drift():
+    """Large-repo path: frequent terms come from quantized columns that writes update in place, while
+    avgdl and idf drift (documents grow ~3x, a frequent word becomes rare); the top k is still exact."""
+    rng = random.Random(11)
+    idx = BM25Index()
+    idx.SMALL_QUERY = 0
+    docs = {f"s{i}": random_doc(rng) for i in range(1500)}
+    idx.upsert_many([(n, t, None) for n, t in docs.items()])  # the vectorized path
+    checked = 0
+    for step in range(900):
+        name = f"s{rng.randint(0, 1999)}"
+        if rng.random() < 0.2 and docs:
+            victim = rng.choice(sorted(docs))
+            idx.remove(victim)
+            docs.pop(victim)
+        else:
+            grow = 1 + step // 300  # longer documents as it goes, without "apple": avgdl and idf move
+            toks = [w for w in random_doc(rng) * grow if w != "apple" or step < 300]
+            idx.upsert(name, toks)
+            docs[name] = toks
+        if step % 60 == 0:
+            for _ in range(3):
+                query = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))] + ["apple"]
+                ref = _fast_reference(docs, query)
+                expect = sorted(ref.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+                top = idx.search(query, 5)
+                assert [n for n, _, _ in top] == [n for n, _ in expect]
+                assert [s for _, s, _ in top] == pytest.approx([s for _, s in expect], rel=1e-9)
+                checked += 1
+    assert checked > 30 and idx._columns  # the column path ran
+
+
+def test_upsert_many_equals_upserts():
+    rng = random.Random(5)
+    batch = [(f"s{rng.randint(0, 300)}", random_doc(rng), i) for i in range(2000)]  # names repeat
+    one, many = BM25Index(), BM25Index()
+    for name, toks, p in batch:
+        one.upsert(name, toks, p)
+    many.upsert_many(batch)
+    assert one.documents() == many.documents()
+    for _ in range(10):
+        query = [rng.choice(WORDS) for _ in range(4)]
+        assert many.scores(query) == pytest.approx(one.scores(query), rel=1e-12)
+        assert [h[0] for h in many.search(query, 5)] == [h[0] for h in one.search(query, 5)]
