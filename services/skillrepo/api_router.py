@@ -14,6 +14,7 @@ from skillos.protocol.skillrepo import (
     LOG_ID_MAX,
     VERSION_MAX,
     ForkRequest,
+    BulkResult,
     ImportResult,
     IndexStatus,
     OpLog,
@@ -311,6 +312,22 @@ async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
     auth.require(repo, write=True)
     data = await _body(request, svc)
     return await _db(svc, svc.import_, repo, data, replace, whole_repo=True)
+
+
+_NDJSON_BODY = {"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {
+    "type": "string", "description": "one JSON object {name, description, body, metadata} per line"}}}}}
+_NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json", "")
+
+
+@router.post("/repos/{repo}/bulk", response_model=BulkResult, openapi_extra=_NDJSON_BODY,
+             summary="Add or replace many skills (NDJSON, one per line) in one transaction: the bulk-load path")
+async def bulk(repo: str, request: Request, svc: Svc, auth: Auth) -> BulkResult:
+    auth.require(repo, write=True)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype not in _NDJSON_TYPES:
+        raise APIError(415, "unsupported_media_type", "send application/x-ndjson: one JSON skill object per line")
+    data = await _body(request, svc)
+    return await _db(svc, svc.bulk_put, repo, data, whole_repo=True)
 
 
 @router.post("/repos/{repo}/snapshots", status_code=201, response_model=Snapshot,

@@ -46,7 +46,7 @@ QUERY_CACHE = 4096    # query texts whose vectors are kept (a training run asks 
 SKILL_VECTORS = Counter("skillos_skillrepo_skill_vectors_total",
                         "Skill vectors made ready for dense search, read from the database or encoded now", ["source"])
 
-Payload = tuple  # (version, description, body, blob_hash), as the BM25 index keeps it
+Payload = tuple  # (version, blob_hash), as the BM25 index keeps it
 
 
 class DenseUnavailable(RuntimeError):
@@ -351,14 +351,14 @@ class DenseIndexes:
             idx.remove(name)
         for name, slot in idx.slot_of.items():
             p = docs[name]
-            if idx.hash_of[name] == p[3] and idx.payload[slot] != p:
+            if idx.hash_of[name] == p[1] and idx.payload[slot] != p:
                 idx.payload[slot] = p  # same content, another version (a restore, a delete and re-insert)
-        todo = {name: p for name, p in docs.items() if idx.hash_of.get(name) != p[3]}
+        todo = {name: p for name, p in docs.items() if idx.hash_of.get(name) != p[1]}
         if not todo:
             return
-        vectors = self.vectors(encoder, {p[3]: (name, p) for name, p in todo.items()})
+        vectors = self.vectors(encoder, {p[1]: (name, p) for name, p in todo.items()})
         for name, p in todo.items():
-            idx.upsert(name, p[3], vectors[p[3]], p)
+            idx.upsert(name, p[1], vectors[p[1]], p)
 
     def vectors(self, encoder: Encoder, wanted: dict[str, tuple[str, Payload]]) -> dict[str, np.ndarray]:
         """blob hash -> vector: stored ones from the database, the rest encoded now and stored."""
@@ -368,7 +368,8 @@ class DenseIndexes:
         SKILL_VECTORS.labels("stored").inc(len(out))
         SKILL_VECTORS.labels("encoded").inc(len(missing))
         if missing:
-            texts = [skill_text(wanted[h][0], wanted[h][1][1], wanted[h][1][2]) for h in missing]
+            found = self.store.blob_texts(missing)  # the BM25 index keeps no text
+            texts = [skill_text(wanted[h][0], *found[h]) for h in missing]
             if len(missing) > 100:
                 log.info("embedding_skills", count=len(missing))
             encoded = encoder.encode(texts)

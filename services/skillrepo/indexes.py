@@ -10,16 +10,25 @@ Consistency rules:
   * Changes are applied strictly in seq order; a gap triggers a catch-up from the database instead.
   * Indexes of many repos are kept in an LRU (the training regime has thousands of small repos); an
     evicted repo is reloaded on its next search (tokenized documents are cached by content).
+  * A big repo's index is saved to a file (`index_files.py`, when ``SKILLOS_INDEX_DIR`` is set) and read
+    back on a restart instead of re-tokenizing the repo; a file is checked against the database and caught
+    up with ``changes_since`` like any index that is behind. Saved by the reconcile loop (once after a
+    build from the database, then every ``save_changes`` changes, at most every ``save_interval_s``) and
+    at shutdown.
+  * An index holds each skill's (version, blob hash), not its text: a million skills' descriptions and
+    bodies are gigabytes, and a search reads the k it answers from the database.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from functools import lru_cache
 
+from services.skillrepo.index_files import IndexFiles, Refused
 from services.skillrepo.search import BM25Index, document_tokens
 from services.skillrepo.store import Change, Store
 from skillos.logging import get_logger
@@ -32,10 +41,17 @@ def _tokens(name: str, description: str, body: str) -> tuple[str, ...]:
     return tuple(document_tokens(name, description, body))
 
 
+CACHED_TOKENS = 20_000  # a load or catch-up bigger than this tokenizes past the cache (it would only churn it)
+
+
 class IndexManager:
-    def __init__(self, store: Store, max_repos: int = 4096):
+    def __init__(self, store: Store, max_repos: int = 4096, files: IndexFiles | None = None,
+                 persist_min: int = 20_000, save_changes: int = 20_000, save_interval_s: float = 60.0):
         self.store = store
         self.max_repos = max_repos
+        self.files, self.persist_min = files, persist_min
+        self.save_changes, self.save_interval_s = save_changes, save_interval_s
+        self.saved: dict[int, tuple[int, float]] = {}  # repo id -> (seq of its file, when written or read)
         self._indexes: OrderedDict[int, BM25Index] = OrderedDict()
         self._lock = threading.Lock()            # guards the LRU dict
         self._repo_locks: dict[int, threading.Lock] = {}  # one catch-up at a time per repo
@@ -55,6 +71,9 @@ class IndexManager:
     def drop(self, repo_id: int) -> None:
         with self._lock:
             self._indexes.pop(repo_id, None)
+        if self.files is not None:
+            self.files.discard(repo_id)
+            self.saved.pop(repo_id, None)
 
     def get(self, repo_id: int, seq: int) -> BM25Index | None:
         """The repo's index reflecting at least ``seq``; None when the repo is gone."""
@@ -75,31 +94,55 @@ class IndexManager:
         return idx
 
     def _load(self, repo_id: int) -> BM25Index | None:
-        state = self.store.index_state(repo_id)
-        if state is None:
-            return None
-        seq, rows = state
-        idx = BM25Index()
-        for name, version, description, body, blob_hash in rows:
-            idx.upsert(name, list(_tokens(name, description, body)), (version, description, body, blob_hash))
-        idx.seq = seq
+        idx = self._from_file(repo_id) if self.files is not None else None
+        if idx is None:
+            with self.store.index_rows(repo_id) as state:
+                if state is None:
+                    return None
+                seq, rows = state
+                idx = BM25Index()
+                idx.load((name, _doc_tokens(name, description, body, i < CACHED_TOKENS), (version, blob_hash))
+                         for i, (name, version, description, body, blob_hash) in enumerate(rows))
+                idx.seq = seq
         with self._lock:
             self._indexes[repo_id] = idx
             while len(self._indexes) > self.max_repos:
                 self._indexes.popitem(last=False)
         return idx
 
+    def _from_file(self, repo_id: int) -> BM25Index | None:
+        found = self.store.repo_identity(repo_id)
+        if found is None:
+            return None
+        db_seq, identity = found
+        start = time.monotonic()
+        try:
+            idx = self.files.load(repo_id, identity, db_seq, lambda s: self.store.version_at(repo_id, s))
+        except Refused as e:
+            if str(e) != "no file":
+                log.warning("index_file_refused", repo_id=repo_id, reason=str(e)[:300])
+            return None
+        self.saved[repo_id] = (idx.seq, time.monotonic())
+        log.info("index_file_loaded", repo_id=repo_id, skills=len(idx), seq=idx.seq, behind=db_seq - idx.seq,
+                 seconds=round(time.monotonic() - start, 2))
+        return idx
+
     @staticmethod
     def _apply(idx: BM25Index, changes: Iterable[Change]) -> None:
+        changes = [ch for ch in changes if ch.seq > idx.seq]
+        cached = len(changes) <= CACHED_TOKENS
+        batch: list[tuple] = []
         for ch in changes:
-            if ch.seq <= idx.seq:
-                continue
             if ch.blob_hash is None:
+                idx.upsert_many(batch)
+                batch = []
                 idx.remove(ch.name)
             else:
-                idx.upsert(ch.name, list(_tokens(ch.name, ch.description, ch.body)),
-                           (ch.version, ch.description, ch.body, ch.blob_hash))
-            idx.seq = ch.seq
+                batch.append((ch.name, _doc_tokens(ch.name, ch.description, ch.body, cached),
+                              (ch.version, ch.blob_hash)))
+        idx.upsert_many(batch)
+        if changes:
+            idx.seq = changes[-1].seq
 
     def committed(self, repo_id: int, changes: list[Change]) -> None:
         """A write of this replica committed: apply it in order, or catch up when there is a gap."""
@@ -136,6 +179,59 @@ class IndexManager:
                 behind += 1
                 self.announced(rid, seqs[rid])
         return behind
+
+    # --- persisted indexes ---
+
+    def preload(self) -> int:
+        """Read every saved index of a live repo and catch it up (at start: the first searches are fast)."""
+        if self.files is None:
+            return 0
+        ids = self.files.repo_ids()
+        seqs = self.store.repo_seqs(ids)
+        for rid in ids:
+            if rid not in seqs:
+                self.files.discard(rid)  # the repo was deleted
+            else:
+                self.get(rid, seqs[rid])
+        return len(seqs)
+
+    def save(self, repo_id: int) -> bool:
+        idx = self.peek(repo_id)
+        if idx is None or self.files is None:
+            return False
+        start = time.monotonic()
+        with self._repo_lock(repo_id):  # no catch-up meanwhile: the copy is the state at its seq
+            state = idx.export_state()
+        seq = state["seq"]
+        found = self.store.repo_identity(repo_id)
+        if found is None:
+            return False
+        size = self.files.save(repo_id, found[1], state, self.store.version_at(repo_id, seq) if seq else None)
+        self.saved[repo_id] = (seq, time.monotonic())
+        log.info("index_saved", repo_id=repo_id, skills=len(idx), seq=seq, mb=round(size / 2**20, 1),
+                 seconds=round(time.monotonic() - start, 2))
+        return True
+
+    def due(self, final: bool = False) -> list[int]:
+        """Loaded indexes big enough to keep whose file is missing or behind (``final``: behind at all)."""
+        out = []
+        for rid in self.loaded():
+            idx = self.peek(rid)
+            if self.files is None or idx is None or len(idx) < self.persist_min:
+                continue
+            seq, when = self.saved.get(rid, (-1, 0.0))
+            if seq < 0 or (final and idx.seq > seq) or (
+                    idx.seq - seq >= self.save_changes and time.monotonic() - when >= self.save_interval_s):
+                out.append(rid)
+        return out
+
+    def save_due(self, final: bool = False) -> None:
+        for rid in self.due(final):
+            self.save(rid)
+
+
+def _doc_tokens(name: str, description: str, body: str, cached: bool) -> tuple[str, ...] | list[str]:
+    return _tokens(name, description, body) if cached else document_tokens(name, description, body)
 
 
 class Announcer:
@@ -214,6 +310,10 @@ class Announcer:
                     log.info("reconciled", behind=behind)
             except Exception as e:  # noqa: BLE001 - keep the loop alive through database hiccups
                 log.warning("reconcile_failed", error=str(e))
+            try:
+                self.indexes.save_due()
+            except Exception as e:  # noqa: BLE001 - a file not written is rebuilt or written later
+                log.warning("index_save_failed", error=f"{type(e).__name__}: {e}"[:300])
 
     def _listen_loop(self) -> None:
         failing = False

@@ -16,8 +16,10 @@ import io
 import json
 import lzma
 import tarfile
+import threading
 import time
 import zlib
+from collections import OrderedDict
 
 from prometheus_client import Counter, Histogram
 from pydantic import TypeAdapter
@@ -25,6 +27,7 @@ from pydantic_core import PydanticSerializationError
 
 from services.skillrepo.db import migrate
 from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
+from services.skillrepo.index_files import IndexFiles
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.search import tokenize
@@ -47,6 +50,7 @@ from skillos.errors import APIError
 from skillos.logging import get_logger
 from skillos.protocol.skillrepo import (
     VERSION_MAX,
+    BulkResult,
     ImportResult,
     IndexStatus,
     OpLog,
@@ -62,7 +66,7 @@ from skillos.protocol.skillrepo import (
     SkillVersionList,
     Snapshot,
 )
-from skillos.skills import SkillDoc, SkillFormatError, parse
+from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
 from skillos.textguard import decimal
 
 _VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in one call
@@ -145,6 +149,34 @@ def _answers_api_errors(method):
     return call
 
 
+_BULK_KEYS = frozenset({"name", "description", "body", "metadata"})
+
+
+class BlobTexts:
+    """blob hash -> (description, body) of search hits, read from the database and kept (least recently used
+    go). Content-addressed, so a kept entry is never stale; a small repo's hits are all kept."""
+
+    def __init__(self, store: Store, size: int = 50_000):
+        self.store, self.size = store, size
+        self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
+        with self._lock:
+            out = {h: self._kept[h] for h in hashes if h in self._kept}
+            for h in out:
+                self._kept.move_to_end(h)
+        missing = [h for h in hashes if h not in out]
+        if missing:
+            found = self.store.blob_texts(missing)
+            out.update(found)
+            with self._lock:
+                self._kept.update(found)
+                while len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
+        return out
+
+
 def repo_out(r: RepoRow) -> Repo:
     return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
                 updated_at=r.updated_at)
@@ -171,7 +203,10 @@ class SkillRepoService:
             migrate(self.engine)
         self.store = Store(self.engine)
         self._database_errors = database_errors()
-        self.indexes = IndexManager(self.store, self.settings.index_cache_repos)
+        s = self.settings
+        self.indexes = IndexManager(self.store, s.index_cache_repos, IndexFiles(s.index_dir) if s.index_dir else None,
+                                    s.index_persist_min_skills, s.index_save_changes, s.index_save_interval_s)
+        self.texts = BlobTexts(self.store)
         self.dense = DenseIndexes(
             lambda: Encoder(self.settings.embedding_model or None, int8=self.settings.embedding_int8),
             self.store, self.settings.index_cache_repos)
@@ -180,9 +215,23 @@ class SkillRepoService:
 
     def start(self) -> None:
         self.announcer.start()
+        # saved indexes are read in the background: the service answers meanwhile, and a search of a repo
+        # being read waits for it (the repo's lock) instead of reading it a second time
+        self._preload = threading.Thread(target=self._preload_indexes, name="skillrepo-preload", daemon=True)
+        self._preload.start()
+
+    def _preload_indexes(self) -> None:
+        try:
+            self.indexes.preload()
+        except Exception as e:  # noqa: BLE001 - each repo is loaded on its first search instead
+            log.warning("index_preload_failed", error=f"{type(e).__name__}: {e}"[:300])
 
     def stop(self) -> None:
         self.announcer.stop()
+        try:
+            self.indexes.save_due(final=True)  # a restart then reads files that are up to date
+        except Exception as e:  # noqa: BLE001 - the next start catches up from the database instead
+            log.warning("index_save_failed", error=f"{type(e).__name__}: {e}"[:300])
         self.engine.dispose()
 
     def check_database(self) -> None:
@@ -362,8 +411,9 @@ class SkillRepoService:
             except DenseUnavailable as e:
                 raise APIError(503, "dense_unavailable", f"dense search cannot run on this server: {e}") from e
             ranked = by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, k)
-        hits = [SearchHit(name=name, score=round(score, 6), description=payload[1], version=payload[0],
-                          body=payload[2]) for name, score, payload in ranked]
+        texts = self.texts.get([payload[1] for _, _, payload in ranked])
+        hits = [SearchHit(name=name, score=round(score, 6), description=texts[payload[1]][0], version=payload[0],
+                          body=texts[payload[1]][1]) for name, score, payload in ranked]
         SEARCH_LATENCY.labels(mode).observe(time.perf_counter() - start)
         return hits
 
@@ -471,8 +521,7 @@ class SkillRepoService:
         docs = self.read_archive(data)
         with self.store.write(repo) as tx:
             tx.log_as("import")
-            for doc in docs:
-                tx.put(doc, "import")
+            tx.put_many(docs, "import")
             if replace:
                 keep = {d.name for d in docs}
                 for name, (_, blob_hash) in tx.all_heads().items():
@@ -480,6 +529,49 @@ class SkillRepoService:
                         tx.delete(name, "import")
         self._committed(tx.repo, tx.changes)
         return ImportResult(imported=[d.name for d in docs], seq=tx.repo.seq)
+
+    def read_ndjson(self, data: bytes) -> list[SkillDoc]:
+        """Skills as NDJSON lines {name, description, body, metadata}; a bad line is refused with its number."""
+        limit = self.settings.max_bulk_skills
+        docs: dict[str, SkillDoc] = {}
+        for n, line in enumerate(data.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            if len(docs) >= limit:
+                raise APIError(413, "bulk_too_large", f"more than {limit} skills in one request: split it "
+                                                      "(SKILLOS_MAX_BULK_SKILLS)")
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise APIError(400, "invalid_json", f"line {n} is not JSON: {type(e).__name__}: {e}") from None
+            if not isinstance(obj, dict) or not obj.keys() <= _BULK_KEYS or "name" not in obj:
+                raise APIError(400, "invalid_skill", f"line {n} must be a JSON object with name, description and "
+                                                     f"optionally body and metadata (keys {sorted(_BULK_KEYS)})")
+            meta = obj.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                raise APIError(400, "invalid_metadata", f"line {n}: metadata must be a JSON object")
+            try:
+                doc = from_fields(obj["name"], obj.get("description"), obj.get("body", ""), meta,
+                                  max_body_bytes=self.settings.max_body_bytes)
+            except SkillFormatError as e:
+                raise format_error(e, f"line {n}: ") from None
+            if doc.name in docs:
+                raise APIError(400, "duplicate_skill", f"line {n}: skill {doc.name!r} is already in this request")
+            docs[doc.name] = doc
+        if not docs:
+            raise APIError(400, "empty_bulk", "no skills in the request: send one JSON object per line")
+        return list(docs.values())
+
+    @_answers_api_errors
+    def bulk_put(self, repo: str, data: bytes) -> BulkResult:
+        """Write many skills in one transaction (all or nothing), each as a `put` would: a new version
+        where the content differs, none where it is the same."""
+        docs = self.read_ndjson(data)
+        with self.store.write(repo) as tx:
+            tx.log_as("import")
+            tx.put_many(docs, "import")
+        self._committed(tx.repo, tx.changes)
+        return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 
     # --- snapshots ---
 

@@ -183,6 +183,13 @@ def _as_datetime(value) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
+def _copy(cur, target: str, rows: list[tuple]) -> None:
+    if rows:
+        with cur.copy(f"COPY {target} FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
 class WriteTx:
     """The inside of one write transaction on one repo."""
 
@@ -249,6 +256,54 @@ class WriteTx:
             return head[0]
         self._ensure_blob(blob)
         return self._write(doc.name, blob["hash"], cause, blob["description"], blob["body"])
+
+    BULK_MIN = 256  # below this many, `put_many` writes one at a time (the COPY set-up costs more)
+
+    def put_many(self, docs: list[SkillDoc], cause: str) -> None:
+        """`put` of each document (distinct names), as a few statements: on PostgreSQL, COPY of the
+        versions and new heads, blobs and changed heads through temporary tables (blobs may exist already,
+        content-addressed). Same rows, same seq order, same changes as one `put` each."""
+        if self.store.sqlite or len(docs) < self.BULK_MIN:
+            for doc in docs:
+                self.put(doc, cause)
+            return
+        cur = self.conn.connection.cursor()
+        rid = self.repo.id
+        names = [d.name for d in docs if d.name not in self._heads]
+        cur.execute("SELECT name, version, blob_hash FROM skill_heads WHERE repo_id = %s AND name = ANY(%s)",
+                    (rid, names))
+        self._heads.update({r[0]: (r[1], r[2]) for r in cur.fetchall()})
+        new_blobs, versions, created, changed = [], [], [], []
+        for doc in docs:
+            blob = blob_of(doc)
+            head = self._heads.get(doc.name)
+            if head is not None and head[1] == blob["hash"]:
+                continue
+            if blob["hash"] not in self._known_blobs:
+                self._known_blobs.add(blob["hash"])
+                new_blobs.append((blob["hash"], blob["content"], blob["description"], blob["body"], blob["meta"]))
+            version = (head[0] if head else 0) + 1
+            self.repo.seq += 1
+            versions.append((rid, doc.name, version, blob["hash"], self.repo.seq, cause, self.now))
+            (created if head is None else changed).append((rid, doc.name, version, blob["hash"], self.now))
+            self._heads[doc.name] = (version, blob["hash"])
+            self.changes.append(Change(self.repo.seq, doc.name, version, blob["description"], blob["body"],
+                                       blob["hash"], cause))
+        for table, columns in (("skillos_bulk_blobs", "hash text, content text, description text, body text, meta text"),
+                               ("skillos_bulk_heads", "repo_id int, name text, version int, blob_hash text, "
+                                                      "updated_at timestamptz")):
+            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({columns}) ON COMMIT DELETE ROWS")
+            cur.execute(f"TRUNCATE {table}")
+        _copy(cur, "skillos_bulk_blobs (hash, content, description, body, meta)", new_blobs)
+        cur.execute("INSERT INTO blobs SELECT * FROM skillos_bulk_blobs ON CONFLICT DO NOTHING")
+        _copy(cur, "skill_versions (repo_id, name, version, blob_hash, seq, cause, created_at)", versions)
+        _copy(cur, "skill_heads (repo_id, name, version, blob_hash, updated_at)", created)
+        if changed:
+            _copy(cur, "skillos_bulk_heads (repo_id, name, version, blob_hash, updated_at)", changed)
+            cur.execute("UPDATE skill_heads h SET version = t.version, blob_hash = t.blob_hash, "
+                        "updated_at = t.updated_at FROM skillos_bulk_heads t "
+                        "WHERE h.repo_id = t.repo_id AND h.name = t.name")
+        cur.close()
 
     def put_hash(self, name: str, blob_hash: str, cause: str) -> int:
         head = self.head(name)
@@ -606,15 +661,49 @@ class Store:
 
     def index_state(self, repo_id: int) -> tuple[int, list[tuple[str, int, str, str, str]]] | None:
         """(seq, [(name, version, description, body, blob_hash)]) read in one consistent transaction."""
+        with self.index_rows(repo_id) as state:
+            return None if state is None else (state[0], list(state[1]))
+
+    @contextmanager
+    def index_rows(self, repo_id: int) -> Iterator[tuple[int, Iterator[tuple[str, int, str, str, str]]] | None]:
+        """`index_state` with the rows streamed (a million skills are gigabytes as Python rows)."""
         with self._read_conn(consistent=True) as conn:
             r = conn.execute(select(repos.c.seq).where(repos.c.id == repo_id, repos.c.name.is_not(None))).first()
             if r is None:
-                return None
-            rows = conn.execute(select(skill_heads.c.name, skill_heads.c.version, blobs.c.description, blobs.c.body,
-                                       skill_heads.c.blob_hash)
-                                .join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
-                                .where(skill_heads.c.repo_id == repo_id)).all()
-        return r.seq, [(x.name, x.version, x.description, x.body, x.blob_hash) for x in rows]
+                yield None
+                return
+            rows = conn.execute(
+                select(skill_heads.c.name, skill_heads.c.version, blobs.c.description, blobs.c.body,
+                       skill_heads.c.blob_hash)
+                .join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
+                .where(skill_heads.c.repo_id == repo_id).execution_options(yield_per=5000))
+            yield r.seq, ((x[0], x[1], x[2], x[3], x[4]) for x in rows)
+
+    def repo_identity(self, repo_id: int) -> tuple[int, dict[str, str]] | None:
+        """(seq, what tells this repo from any other: its name and creation time) of a live repo."""
+        with self._read_conn() as conn:
+            r = conn.execute(select(repos.c.name, repos.c.seq, repos.c.created_at).where(
+                repos.c.id == repo_id, repos.c.name.is_not(None))).first()
+        if r is None:
+            return None
+        return r.seq, {"repo_name": r.name, "created_at": _utc(_as_datetime(r.created_at)).isoformat()}
+
+    def version_at(self, repo_id: int, seq: int) -> list | None:
+        """[name, version, blob hash] of the version the repo wrote at ``seq`` (None: none)."""
+        with self._read_conn() as conn:
+            r = conn.execute(select(skill_versions.c.name, skill_versions.c.version, skill_versions.c.blob_hash)
+                             .where(skill_versions.c.repo_id == repo_id, skill_versions.c.seq == seq)).first()
+        return None if r is None else [r.name, r.version, r.blob_hash]
+
+    def blob_texts(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
+        """blob hash -> (description, body): what a search hit shows (the index keeps none of it)."""
+        found: dict[str, tuple[str, str]] = {}
+        with self._read_conn() as conn:
+            for i in range(0, len(hashes), 500):
+                rows = conn.execute(select(blobs.c.hash, blobs.c.description, blobs.c.body).where(
+                    blobs.c.hash.in_(hashes[i:i + 500]))).all()
+                found.update({r.hash: (r.description, r.body) for r in rows})
+        return found
 
     # --- embeddings (derived data for dense search; see tables.embeddings) ---
 

@@ -216,6 +216,13 @@ class ImportResult(BaseModel):
     seq: int
 
 
+class BulkResult(BaseModel):
+    """What a bulk write did: ``written`` new versions (a skill sent unchanged gets none), the repo's seq after."""
+    received: int
+    written: int
+    seq: int
+
+
 class IndexedSkill(BaseModel):
     name: str
     version: int

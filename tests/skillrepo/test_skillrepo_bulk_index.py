@@ -1,0 +1,252 @@
+"""Bulk writes (NDJSON over HTTP, COPY into PostgreSQL) and persisted search indexes (index_files.py).
+
+A persisted index is only ever a shortcut: a stale file is caught up, and a file that is corrupt, of another
+format or tokenizer, of another database or repo, or of a history the database does not have is refused and
+the index rebuilt from the database. Each case is checked against an index built from the database.
+"""
+# ruff: noqa: F811 - pytest fixtures imported from skillrepo_fixtures are redefined as parameters
+
+from __future__ import annotations
+
+import json
+import uuid
+import zipfile
+
+import httpx
+import numpy as np
+import pytest
+from conftest import pg_database, run_service
+
+from services.skillrepo import index_files
+from services.skillrepo.serving import SkillRepoService
+from services.skillrepo.settings import SkillRepoSettings
+from skillos.errors import APIError
+
+WORDS = ["apple", "mug", "fridge", "heat", "cool", "clean", "knife", "pan", "drawer", "desk", "lamp", "towel"]
+
+
+def ndjson(skills: list[dict]) -> bytes:
+    return b"\n".join(json.dumps(s).encode() for s in skills) + b"\n"
+
+
+def skills(n: int, tag: str = "", start: int = 0) -> list[dict]:
+    return [{"name": f"s-{i}", "description": f"use when {WORDS[i % 12]} {WORDS[(i * 7) % 12]} {tag}".strip(),
+             "body": f"{WORDS[(i * 5) % 12]} then {WORDS[(i * 3) % 12]} w{i}"} for i in range(start, start + n)]
+
+
+QUERIES = [["heat mug"], ["clean knife drawer"], ["w17"], ["apple apple pan"], ["towel lamp desk cool"]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/repo.db"
+    else:
+        with pg_database(request.getfixturevalue("pg_server_url")) as url:
+            yield url
+
+
+def service(url: str, index_dir, **kw) -> SkillRepoService:
+    return SkillRepoService(SkillRepoSettings(database_url=url, redis_url=None, sync_interval_s=3600, dense_search=False,
+                                              index_dir=str(index_dir or ""), index_persist_min_skills=10, **kw))
+
+
+def answers(svc: SkillRepoService, repo: str) -> list:
+    return [[(h.name, h.score, h.version, h.description, h.body) for h in svc.search(repo, q[0], 5)] for q in QUERIES]
+
+
+def reference(url: str, repo: str) -> tuple[list, dict]:
+    """What an index built from the database (no file) answers, and its documents."""
+    svc = service(url, None)
+    try:
+        out = answers(svc, repo)
+        rid = svc.store.repo_seq(repo)[0]
+        return out, svc.indexes.peek(rid).documents()
+    finally:
+        svc.stop()
+
+
+def saved_service(url: str, tmp_path, n: int = 400) -> tuple[SkillRepoService, str, int]:
+    svc = service(url, tmp_path)
+    repo = f"r-{uuid.uuid4().hex[:8]}"
+    svc.create_repo(repo)
+    svc.bulk_put(repo, ndjson(skills(n)))
+    svc.search(repo, "mug", 5)  # loads the index
+    rid = svc.store.repo_seq(repo)[0]
+    assert svc.indexes.due() == [rid]
+    svc.indexes.save_due()
+    assert svc.indexes.files.path(rid).exists() and svc.indexes.due() == []
+    return svc, repo, rid
+
+
+def restarted(url: str, tmp_path, repo: str) -> tuple[SkillRepoService, object]:
+    svc = service(url, tmp_path)
+    rid, seq = svc.store.repo_seq(repo)
+    return svc, svc.indexes.get(rid, seq)
+
+
+def test_saved_index_is_read_back_and_caught_up(db_url, tmp_path):
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    before = answers(svc, repo)
+    # writes after the save: the file is stale by these
+    svc.bulk_put(repo, ndjson(skills(5, "fridge fridge", start=0)))
+    svc.delete_skill(repo, "s-17", None)
+    svc.stop()  # final save: up to date
+    svc, idx = restarted(db_url, tmp_path, repo)
+    assert svc.indexes.saved[rid][0] == idx.seq == svc.store.repo_seq(repo)[1]  # read from the file
+    want, docs = reference(db_url, repo)
+    assert answers(svc, repo) == want and idx.documents() == docs
+    assert want != before
+    svc.stop()
+
+
+def test_stale_file_is_caught_up(db_url, tmp_path):
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    file_seq = svc.indexes.saved[rid][0]
+    svc.indexes.files = None  # writes the saver never sees (a replica killed before its next save)
+    svc.bulk_put(repo, ndjson(skills(300, "fridge", start=200)))
+    svc.delete_skill(repo, "s-3", None)
+    svc.stop()
+    svc, idx = restarted(db_url, tmp_path, repo)
+    assert svc.indexes.saved[rid][0] == file_seq < idx.seq  # the file's state, then changes_since
+    want, docs = reference(db_url, repo)
+    assert answers(svc, repo) == want and idx.documents() == docs
+    svc.stop()
+
+
+def _rewrite_meta(path, **changes) -> None:
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["meta"].tobytes())
+    meta.update(changes)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _corrupt(path) -> None:
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:  # flip a byte inside the postings' data: the zip's CRC-32 catches it
+        info = z.getinfo("base_slots.npy")
+    at = info.header_offset + 30 + len(info.filename) + 200
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated", "format", "tokenizer", "other_repo", "ahead",
+                                    "other_history", "not_a_zip"])
+def test_bad_file_is_refused_and_the_index_rebuilt(db_url, tmp_path, damage):
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    seq = svc.store.repo_seq(repo)[1]
+    svc.stop()
+    path = index_files.IndexFiles(tmp_path).path(rid)
+    match damage:
+        case "corrupt":
+            _corrupt(path)
+        case "truncated":
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        case "format":
+            _rewrite_meta(path, format=index_files.FORMAT + 1)
+        case "tokenizer":
+            _rewrite_meta(path, scoring="0" * 16)
+        case "other_repo":  # the same id in another database (or a repo deleted and made again)
+            _rewrite_meta(path, created_at="2001-01-01T00:00:00+00:00")
+        case "ahead":  # a file of a database restored from an older backup
+            _rewrite_meta(path, seq=seq + 5)
+        case "other_history":
+            _rewrite_meta(path, last=["s-0", 99, "0" * 64])
+        case "not_a_zip":
+            path.write_bytes(b"hello")
+    svc, idx = restarted(db_url, tmp_path, repo)
+    assert rid not in svc.indexes.saved  # not read from the file
+    want, docs = reference(db_url, repo)
+    assert answers(svc, repo) == want and idx.documents() == docs
+    assert svc.indexes.due() == [rid]  # and a good file is written again
+    svc.stop()
+    svc, _ = restarted(db_url, tmp_path, repo)
+    assert svc.indexes.saved[rid][0] == seq
+    svc.stop()
+
+
+def test_deleted_repo_file_is_discarded(db_url, tmp_path):
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    svc.delete_repo(repo)
+    assert not svc.indexes.files.path(rid).exists()
+    svc.stop()
+
+
+def test_preload_reads_saved_indexes_at_start(db_url, tmp_path):
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    svc.stop()
+    svc = service(db_url, tmp_path)
+    assert svc.indexes.preload() == 1 and svc.indexes.peek(rid) is not None
+    svc.stop()
+
+
+def test_bulk_put_writes_versions_like_puts(db_url, tmp_path):
+    """The COPY path (PostgreSQL, >= BULK_MIN skills) and the one-at-a-time path write the same rows."""
+    svc = service(db_url, None)
+    repo = "bulk"
+    svc.create_repo(repo)
+    r = svc.bulk_put(repo, ndjson(skills(300)))
+    assert (r.received, r.written, r.seq) == (300, 300, 300)
+    r = svc.bulk_put(repo, ndjson(skills(300)))  # the same again: nothing new
+    assert (r.written, r.seq) == (0, 300)
+    changed = skills(150, "fridge") + skills(150, start=150) + skills(10, start=300)  # 150 changed, 10 new
+    r = svc.bulk_put(repo, ndjson(changed))
+    assert (r.written, r.seq) == (160, 460)
+    assert svc.get_skill(repo, "s-5").version == 2 and svc.get_skill(repo, "s-200").version == 1
+    assert svc.get_skill(repo, "s-305").version == 1 and "fridge" in svc.get_skill(repo, "s-5").description
+    assert [v.version for v in svc.versions(repo, "s-5").versions] == [2, 1]
+    assert svc.op_log(repo).entries[0].kind == "import" and len(svc.op_log(repo).entries[0].ops) == 160
+    rid, seq = svc.store.repo_seq(repo)
+    assert [c.seq for c in svc.store.changes_since(rid, 0)] == list(range(1, 461))
+    hits = svc.search(repo, "fridge", 200)
+    assert {h.name for h in hits} >= {f"s-{i}" for i in range(150)}
+    svc.stop()
+
+
+def test_bulk_bad_input_is_refused_in_process(tmp_path):
+    svc = service(f"sqlite:///{tmp_path}/r.db", None, max_bulk_skills=5)
+    svc.create_repo("r")
+    cases = {
+        b'{"name": "a", "description": "x"}\n{"name": "b", "descr': (400, "invalid_json", "line 2"),
+        b'["a"]': (400, "invalid_skill", "line 1"),
+        b'{"name": "a", "description": "x", "extra": 1}': (400, "invalid_skill", "line 1"),
+        b'{"name": "Bad Name", "description": "x"}': (400, "invalid_name", "line 1"),
+        b'{"name": "a"}': (400, None, "line 1"),
+        b'{"name": "a", "description": "x", "metadata": 3}': (400, "invalid_metadata", "line 1"),
+        b'{"name": "a", "description": "x"}\n{"name": "a", "description": "y"}': (400, "duplicate_skill", "line 2"),
+        b"\n\n": (400, "empty_bulk", "no skills"),
+        ndjson(skills(6)): (413, "bulk_too_large", "more than 5"),
+        b'{"name": "a", "description": "x", "body": "' + b"z" * 70_000 + b'"}': (413, "body_too_large", "line 1"),
+    }
+    for body, (status, code, words) in cases.items():
+        with pytest.raises(APIError) as e:
+            svc.bulk_put("r", body)
+        assert e.value.status == status and words in e.value.message, (body[:60], e.value.message)
+        if code:
+            assert e.value.code == code
+    assert svc.get_repo("r").seq == 0  # nothing written by any of them
+    with pytest.raises(APIError) as e:
+        svc.bulk_put("nope", ndjson(skills(1)))
+    assert e.value.status == 404
+    svc.stop()
+
+
+def test_bulk_over_http(pg_server_url, tmp_path):
+    with pg_database(pg_server_url) as url, run_service(["skillrepo"], env={
+            "SKILLOS_DATABASE_URL": url, "SKILLOS_DENSE_SEARCH": "false", "SKILLOS_MAX_REQUEST_BYTES": "200000"},
+            tmp_path=tmp_path, ready_timeout=300) as svc, httpx.Client(base_url=svc.url, timeout=60) as h:
+        assert h.post("/v1/repos", json={"name": "b"}).status_code == 201
+        r = h.post("/v1/repos/b/bulk", content=ndjson(skills(500)), headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 200 and r.json() == {"received": 500, "written": 500, "seq": 500}
+        hit = h.get("/v1/repos/b/search", params={"q": "w417", "k": 1}).json()["hits"][0]
+        assert hit["name"] == "s-417" and hit["body"].endswith("w417") and hit["version"] == 1
+        r = h.post("/v1/repos/b/bulk", content=b"x" * 300_000, headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 413
+        r = h.post("/v1/repos/b/bulk", content=b"{}", headers={"content-type": "text/csv"})
+        assert r.status_code == 415
+        r = h.post("/v1/repos/b/bulk", content=b"{oops\n", headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+        assert h.get("/v1/repos/b").json()["seq"] == 500
