@@ -195,3 +195,17 @@ def test_llm_invariants_catch_what_they_are_for():
     assert chaos_llm.llm_invariants(result(eps, cut, again, mixed)) == []
     assert "no curate call accounts for" in broken(eps, cut, again, log, unkeyed=1)
     assert "did not recover" in broken(eps[:2], cut, again, log)
+
+
+def test_million_skills_short_form(pg_tools, tmp_path):
+    """Scenario 6 with 3000 skills: bulk import, searches with writes, the three restarts (saved index,
+    stale saved index, none), the baselines and PostgreSQL's full-text search; the invariants, not the timings."""
+    from bench import chaos_million
+
+    r = chaos_million.million(skills=3000, batch=500, queries=40, write_rate=20, kill_writes=60, fts_queries=3,
+                              rank_bm25_max=3000, workdir=tmp_path)
+    print(chaos_million.render_million(r, "tests/test_chaos.py"))
+    assert r["acked"] >= 60 and r["killed_behind"] >= 60
+    assert r["index_equal"] and r["restart_same"] and r["restart_killed_same"] and r["rebuild_same"]
+    assert set(r["baselines"]) >= {"ours", "bm25s", "rank_bm25"} and r["pg_fts"]["n"] == 3
+    assert chaos_million.million_invariants(r) == []

@@ -13,8 +13,8 @@ from skillos.errors import APIError, ErrorResponse, unavailable
 from skillos.protocol.skillrepo import (
     LOG_ID_MAX,
     VERSION_MAX,
-    ForkRequest,
     BulkResult,
+    ForkRequest,
     ImportResult,
     IndexStatus,
     OpLog,

@@ -35,7 +35,7 @@ SCORING = hashlib.sha256(json.dumps([TOKENIZER, search.K1, search.B, search.FIEL
                                      sorted(search.STOPWORDS), search._SPLIT.pattern]).encode()).hexdigest()[:16]
 
 
-_HASH = re.compile(".{64}", re.S)
+_HASH = re.compile(".{64}", re.DOTALL)
 
 
 class Refused(Exception):

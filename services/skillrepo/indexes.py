@@ -44,6 +44,17 @@ def _tokens(name: str, description: str, body: str) -> tuple[str, ...]:
 CACHED_TOKENS = 20_000  # a load or catch-up bigger than this tokenizes past the cache (it would only churn it)
 
 
+def _trim() -> None:
+    """Hand freed heap back to the system after a big load or catch-up: glibc keeps it otherwise, and a
+    bulk import's transient Python objects would stay in the replica's resident memory for good."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class IndexManager:
     def __init__(self, store: Store, max_repos: int = 4096, files: IndexFiles | None = None,
                  persist_min: int = 20_000, save_changes: int = 20_000, save_interval_s: float = 60.0):
@@ -104,6 +115,7 @@ class IndexManager:
                 idx.load((name, _doc_tokens(name, description, body, i < CACHED_TOKENS), (version, blob_hash))
                          for i, (name, version, description, body, blob_hash) in enumerate(rows))
                 idx.seq = seq
+            _trim()
         with self._lock:
             self._indexes[repo_id] = idx
             while len(self._indexes) > self.max_repos:
@@ -143,6 +155,8 @@ class IndexManager:
         idx.upsert_many(batch)
         if changes:
             idx.seq = changes[-1].seq
+        if len(changes) > CACHED_TOKENS:
+            _trim()
 
     def committed(self, repo_id: int, changes: list[Change]) -> None:
         """A write of this replica committed: apply it in order, or catch up when there is a gap."""

@@ -238,8 +238,11 @@ class SkillRepoService:
         self.store.repo_seq("readiness-probe")
 
     def _committed(self, repo: RepoRow, changes) -> None:
-        for ch in changes:
-            WRITES_TOTAL.labels("delete" if ch.blob_hash is None else "write").inc()
+        deleted = sum(1 for ch in changes if ch.blob_hash is None)
+        if deleted:
+            WRITES_TOTAL.labels("delete").inc(deleted)
+        if len(changes) > deleted:
+            WRITES_TOTAL.labels("write").inc(len(changes) - deleted)
         if changes:
             try:
                 self.indexes.committed(repo.id, changes)

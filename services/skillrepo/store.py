@@ -290,8 +290,8 @@ class WriteTx:
             self.changes.append(Change(self.repo.seq, doc.name, version, blob["description"], blob["body"],
                                        blob["hash"], cause))
         for table, columns in (("skillos_bulk_blobs", "hash text, content text, description text, body text, meta text"),
-                               ("skillos_bulk_heads", "repo_id int, name text, version int, blob_hash text, "
-                                                      "updated_at timestamptz")):
+                               ("skillos_bulk_heads", ("repo_id int, name text, version int, blob_hash text, "
+                                                      "updated_at timestamptz"))):
             cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({columns}) ON COMMIT DELETE ROWS")
             cur.execute(f"TRUNCATE {table}")
         _copy(cur, "skillos_bulk_blobs (hash, content, description, body, meta)", new_blobs)
@@ -696,13 +696,23 @@ class Store:
         return None if r is None else [r.name, r.version, r.blob_hash]
 
     def blob_texts(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
-        """blob hash -> (description, body): what a search hit shows (the index keeps none of it)."""
+        """blob hash -> (description, body): what a search hit shows (the index keeps none of it). On the
+        driver's cursor, as the hot statements are: it is on every search of a big repo."""
         found: dict[str, tuple[str, str]] = {}
-        with self._read_conn() as conn:
-            for i in range(0, len(hashes), 500):
-                rows = conn.execute(select(blobs.c.hash, blobs.c.description, blobs.c.body).where(
-                    blobs.c.hash.in_(hashes[i:i + 500]))).all()
-                found.update({r.hash: (r.description, r.body) for r in rows})
+        with self.engine.connect() as conn:
+            cursor = conn.connection.cursor()
+            try:
+                for i in range(0, len(hashes), 500):
+                    chunk = hashes[i:i + 500]
+                    if self.sqlite:
+                        cursor.execute("SELECT hash, description, body FROM blobs WHERE hash IN "
+                                       f"({', '.join('?' * len(chunk))})", chunk)
+                    else:
+                        cursor.execute("SELECT hash, description, body FROM blobs WHERE hash = ANY(%s)", (chunk,))
+                    found.update({r[0]: (r[1], r[2]) for r in cursor.fetchall()})
+            finally:
+                cursor.close()
+            conn.rollback()
         return found
 
     # --- embeddings (derived data for dense search; see tables.embeddings) ---

@@ -122,3 +122,30 @@ def test_call_refusals(content, code):
     with pytest.raises(SkillFormatError) as e:
         skill_from_call("ok-name", content)
     assert e.value.code == code
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.from_regex(r"[a-zA-Z0-9 -]{1,12}", fullmatch=True), st.from_regex(r"[a-zA-Z0-9 ]{1,40}", fullmatch=True))
+def test_plain_frontmatter_is_what_yaml_writes(name, description):
+    """The frontmatter written without the YAML emitter (plain names and descriptions, the bulk-import
+    path) is byte for byte what yaml.dump writes: a skill's blob hash must not depend on the path it came by."""
+    import yaml
+
+    from skillos.skills import _plain_front
+
+    want = yaml.dump({"name": name, "description": description}, Dumper=yaml.SafeDumper, sort_keys=False,
+                     allow_unicode=True, width=1 << 30)
+    assert _plain_front.__wrapped__(name, description) == want
+
+
+@pytest.mark.parametrize("text", ["yes", "No", "TRUE", "off", "null", "y", "Use when apple", "a  b", "a b ",
+                                  " a", "x1", "e5", "inf", "nan", "a-b", "Null", "On the desk"])
+def test_plain_frontmatter_edge_cases(text):
+    import yaml
+
+    from skillos.skills import _plain_front
+
+    for name, desc in (("mug-heat", text), (text.lower().replace(" ", "-"), "d")):
+        want = yaml.dump({"name": name, "description": desc}, Dumper=yaml.SafeDumper, sort_keys=False,
+                         allow_unicode=True, width=1 << 30)
+        assert _plain_front.__wrapped__(name, desc) == want

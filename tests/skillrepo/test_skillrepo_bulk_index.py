@@ -4,7 +4,7 @@ A persisted index is only ever a shortcut: a stale file is caught up, and a file
 format or tokenizer, of another database or repo, or of a history the database does not have is refused and
 the index rebuilt from the database. Each case is checked against an index built from the database.
 """
-# ruff: noqa: F811 - pytest fixtures imported from skillrepo_fixtures are redefined as parameters
+
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_deleted_repo_file_is_discarded(db_url, tmp_path):
 
 
 def test_preload_reads_saved_indexes_at_start(db_url, tmp_path):
-    svc, repo, rid = saved_service(db_url, tmp_path)
+    svc, _repo, rid = saved_service(db_url, tmp_path)
     svc.stop()
     svc = service(db_url, tmp_path)
     assert svc.indexes.preload() == 1 and svc.indexes.peek(rid) is not None
@@ -199,7 +199,7 @@ def test_bulk_put_writes_versions_like_puts(db_url, tmp_path):
     assert svc.get_skill(repo, "s-305").version == 1 and "fridge" in svc.get_skill(repo, "s-5").description
     assert [v.version for v in svc.versions(repo, "s-5").versions] == [2, 1]
     assert svc.op_log(repo).entries[0].kind == "import" and len(svc.op_log(repo).entries[0].ops) == 160
-    rid, seq = svc.store.repo_seq(repo)
+    rid, _seq = svc.store.repo_seq(repo)
     assert [c.seq for c in svc.store.changes_since(rid, 0)] == list(range(1, 461))
     hits = svc.search(repo, "fridge", 200)
     assert {h.name for h in hits} >= {f"s-{i}" for i in range(150)}
