@@ -42,6 +42,7 @@ def _tokens(name: str, description: str, body: str) -> tuple[str, ...]:
 
 
 CACHED_TOKENS = 20_000  # a load or catch-up bigger than this tokenizes past the cache (it would only churn it)
+WARM_MIN = 50_000  # an index this big gets its frequent terms' columns built after a load (BM25Index.warm)
 
 
 def _trim() -> None:
@@ -120,6 +121,8 @@ class IndexManager:
             self._indexes[repo_id] = idx
             while len(self._indexes) > self.max_repos:
                 self._indexes.popitem(last=False)
+        if len(idx) >= WARM_MIN:
+            threading.Thread(target=idx.warm, name="skillrepo-warm", daemon=True).start()
         return idx
 
     def _from_file(self, repo_id: int) -> BM25Index | None:

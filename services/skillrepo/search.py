@@ -99,29 +99,37 @@ def build_postings(fwd_ptr: np.ndarray, fwd_terms: np.ndarray, fwd_tfs: np.ndarr
                    df: np.ndarray) -> dict[str, np.ndarray]:
     """The compacted forward index and its postings (compressed rows by term, slots ascending), dead slots
     and terms no live slot has dropped. A sort of one int64 key per posting entry (term, then position):
-    ~5x faster than numpy's stable argsort of the term ids, and it keeps each term's slots in order."""
+    ~5x faster than numpy's stable argsort of the term ids, and it keeps each term's slots in order.
+    Temporaries are int32 where they can be and freed early: at a million skills (45M entries) each
+    int64 array is 360 MB, and this runs beside the live index (a save, a compaction)."""
     alive = alive.astype(bool)
     lens = np.diff(fwd_ptr)
-    entry_slot = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    entry_slot = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
     terms, tfs = fwd_terms, fwd_tfs
     if not alive.all():
         keep = alive[entry_slot]
         terms, tfs = terms[keep], tfs[keep]
-        entry_slot = (np.cumsum(alive) - 1)[entry_slot[keep]]
+        entry_slot = (np.cumsum(alive, dtype=np.int64) - 1).astype(np.int32)[entry_slot[keep]]
+        del keep
         lens = lens[alive]
     live_terms = df > 0
-    new_tid = np.cumsum(live_terms, dtype=np.int64) - 1
-    terms = new_tid[terms]
+    if not live_terms.all():
+        terms = (np.cumsum(live_terms, dtype=np.int64) - 1).astype(np.int32)[terms]
     n_terms = int(live_terms.sum())
-    order = np.sort((terms << 32) | np.arange(len(terms), dtype=np.int64)) & 0xFFFFFFFF
+    keys = terms.astype(np.int64)
+    keys <<= 32
+    keys |= np.arange(len(keys), dtype=np.int64)
+    keys.sort()
+    keys &= 0xFFFFFFFF  # now the entries' positions, by term then position
+    base_slots, base_tfs = entry_slot[keys], tfs[keys].astype(np.int32)
+    del keys, entry_slot
     base_ptr = np.zeros(n_terms + 1, np.int64)
     np.cumsum(np.bincount(terms, minlength=n_terms), out=base_ptr[1:])
     fwd = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=fwd[1:])
-    return {"fwd_ptr": fwd, "fwd_terms": terms.astype(np.int32), "fwd_tfs": tfs.astype(np.int32),
-            "base_ptr": base_ptr, "base_slots": entry_slot[order].astype(np.int32),
-            "base_tfs": tfs[order].astype(np.int32), "alive_slots": alive, "live_terms": live_terms,
-            "df": df[live_terms].astype(np.int32)}
+    return {"fwd_ptr": fwd, "fwd_terms": terms.astype(np.int32, copy=False), "fwd_tfs": tfs.astype(np.int32, copy=False),
+            "base_ptr": base_ptr, "base_slots": base_slots, "base_tfs": base_tfs, "alive_slots": alive,
+            "live_terms": live_terms, "df": df[live_terms].astype(np.int32)}
 
 
 class BM25Index:
@@ -145,6 +153,7 @@ class BM25Index:
         self.idf_max = math.log(1.0 + 2 * self.DENSE_SHARE)
         self.step = self.idf_max * (k1 + 1.0) / 255.0
         self.generation = 0
+        self.rebuilds = 0  # term ids and slots are renumbered by each
         self._reset()
         self.seq = 0  # the repo change counter this index reflects
 
@@ -359,9 +368,9 @@ class BM25Index:
         payload = [p for p, a in zip(self.payload, alive, strict=True) if a]
         dl = array("i", [d for d, a in zip(self.dl, alive, strict=True) if a])
         term_str = [t for t, keep in zip(self.term_str, live_terms, strict=True) if keep]
-        seq, generation, total_len = self.seq, self.generation, self.total_len
+        seq, generation, total_len, rebuilds = self.seq, self.generation, self.total_len, self.rebuilds
         self._reset()
-        self.seq, self.generation, self.total_len = seq, generation, total_len
+        self.seq, self.generation, self.total_len, self.rebuilds = seq, generation, total_len, rebuilds + 1
         self._install(names, payload, dl, term_str, built)
 
     def _install(self, names: list[str], payload: list[object], dl: array, term_str: list[str],
@@ -378,14 +387,40 @@ class BM25Index:
 
     # --- persistence (the file format is index_files.py's) ---
 
+    EXPORT_CHUNK = 4_000_000  # forward entries copied per hold of the lock (~10 ms)
+
     def export_state(self) -> dict[str, object]:
-        """Everything needed to rebuild this index, copied (postings are derived: `build_postings`)."""
-        with self._lock:
-            return {"names": list(self.names), "payload": list(self.payload), "dl": _copy(self.dl, np.int32),
-                    "alive": np.frombuffer(bytes(self.alive), np.uint8), "term_str": list(self.term_str),
-                    "df": _copy(self.df, np.int32), "fwd_ptr": _copy(self.fwd_ptr, np.int64),
-                    "fwd_terms": _copy(self.fwd_terms, np.int32), "fwd_tfs": _copy(self.fwd_tfs, np.int32),
-                    "total_len": self.total_len, "seq": self.seq}
+        """Everything needed to rebuild this index, copied (postings are derived: `build_postings`).
+
+        The forward index only grows between rebuilds, so it is copied in chunks with the lock let go
+        between them (a million skills' is ~360 MB: a search must not wait the second one copy takes);
+        its rest and every part that changes in place are copied in one last hold, which is the moment
+        the state is of.
+        """
+        while True:
+            with self._lock:
+                shape, done = self.rebuilds, 0
+            terms, tfs, state = [], [], None
+            while True:
+                with self._lock:
+                    if self.rebuilds != shape:
+                        break  # renumbered meanwhile: start again
+                    end = len(self.fwd_terms)
+                    last = end - done <= self.EXPORT_CHUNK
+                    stop = end if last else done + self.EXPORT_CHUNK
+                    terms.append(np.frombuffer(self.fwd_terms[done:stop], np.int32))  # a slice is a copy
+                    tfs.append(np.frombuffer(self.fwd_tfs[done:stop], np.int32))
+                    done = stop
+                    if last:
+                        state = {"names": list(self.names), "payload": list(self.payload),
+                                 "dl": _copy(self.dl, np.int32), "alive": np.frombuffer(bytes(self.alive), np.uint8),
+                                 "term_str": list(self.term_str), "df": _copy(self.df, np.int32),
+                                 "fwd_ptr": _copy(self.fwd_ptr, np.int64), "total_len": self.total_len,
+                                 "seq": self.seq}
+                        break
+            if state is not None:
+                state["fwd_terms"], state["fwd_tfs"] = np.concatenate(terms), np.concatenate(tfs)
+                return state
 
     @classmethod
     def from_built(cls, names: list[str], payload: list[object], dl: np.ndarray, term_str: list[str],
@@ -468,6 +503,35 @@ class BM25Index:
         while len(self._columns) > 1 and len(self._columns) * self._cap > self.CACHE_BYTES:
             self._columns.popitem(last=False)
         return self._columns[tid]
+
+    def warm(self, budget: int | None = None) -> int:
+        """Build the columns of the most frequent terms before queries need them (after a load: at a
+        million skills a first use costs tens of ms per term). The lock is taken per column, so searches
+        and writes go on meanwhile. Returns how many were built."""
+        with self._lock:
+            n, n_slots = len(self.slot_of), len(self.names)
+            if n_slots <= 64 * 5 or not n:
+                return 0
+            avgdl = self.total_len / n if self.total_len else 1.0
+            if not self._avgdl_ref or abs(avgdl / self._avgdl_ref - 1.0) > self.DRIFT:
+                self._columns.clear()
+                self._avgdl_ref = avgdl
+            df = np.frombuffer(self.df, np.int32)
+            frequent = np.flatnonzero(df * self.DENSE_SHARE >= n_slots)
+            order = frequent[np.argsort(-df[frequent], kind="stable")].tolist()
+            del df
+            shape = self.rebuilds
+        built = 0
+        for tid in order[:(budget or self.CACHE_BYTES) // max(1, self._cap, n_slots)]:
+            with self._lock:
+                if self.rebuilds != shape:
+                    break  # term ids were renumbered: queries build what they need
+                n, d = len(self.slot_of), self.df[tid]
+                idf = math.log(1.0 + (n - d + 0.5) / (d + 0.5)) if d else 0.0
+                if d and idf <= self.idf_max and tid not in self._columns:
+                    self._column(tid, idf)
+                    built += 1
+        return built
 
     def _score(self, query_tokens: list[str], k: int | None) -> list[tuple[int, float]]:
         """[(slot, exact score)] of matching live documents; with k, a superset of the top k (ties kept)."""
@@ -562,12 +626,13 @@ class BM25Index:
         dl = np.frombuffer(self.dl, np.int32)[slots].astype(np.float64)
         norm = k1 * (1.0 - b + b * dl / avgdl)
         score = np.zeros(len(slots), np.float64)
+        slots32 = slots.astype(np.int32)  # int64 keys would make searchsorted convert each whole posting
         for tid, idf, m in terms:
             tf = np.zeros(len(slots), np.float64)
             for ps, pt in self._postings(tid):
-                pos = np.searchsorted(ps, slots)
+                pos = np.searchsorted(ps, slots32)
                 pos[pos >= len(ps)] = len(ps) - 1
-                hit = ps[pos] == slots
+                hit = ps[pos] == slots32
                 tf[hit] = pt[pos[hit]]
             score += (m * idf * (k1 + 1.0)) * tf / (tf + norm)
         score *= np.frombuffer(self.alive, np.uint8)[slots]

@@ -3,6 +3,7 @@
 import math
 import random
 
+import numpy as np
 import pytest
 
 from services.skillrepo.search import K1, B, BM25Index, document_tokens, tokenize
@@ -165,3 +166,41 @@ def test_upsert_many_equals_upserts():
         query = [rng.choice(WORDS) for _ in range(4)]
         assert many.scores(query) == pytest.approx(one.scores(query), rel=1e-12)
         assert [h[0] for h in many.search(query, 5)] == [h[0] for h in one.search(query, 5)]
+
+
+def test_export_in_chunks_with_writes_between_is_one_moment():
+    """A save copies the forward index in chunks, letting writes in between: the state is still that of
+    one moment (the last chunk's), and an index built from it answers as the live one did then."""
+    from services.skillrepo.index_files import IndexFiles
+
+    rng = random.Random(9)
+    idx = BM25Index()
+    idx.upsert_many([(f"s{i}", random_doc(rng) + [f"u{i}"], (1, f"{i:064x}")) for i in range(400)])
+    idx.EXPORT_CHUNK = 50
+    real_frombuffer, calls = np.frombuffer, []
+
+    def frombuffer_and_write(buf, dtype):  # a write lands between two chunks
+        calls.append(1)
+        if len(calls) == 4:
+            idx._lock.release()
+            try:
+                idx.upsert("s3", ["apple", "late"], (2, "f" * 64))
+                idx.remove("s5")
+            finally:
+                idx._lock.acquire()
+        return real_frombuffer(buf, dtype)
+
+    np.frombuffer = frombuffer_and_write
+    try:
+        state = idx.export_state()
+    finally:
+        np.frombuffer = real_frombuffer
+    assert len(calls) > 10
+    import tempfile
+
+    files = IndexFiles(tempfile.mkdtemp())
+    files.save(1, {}, state, None)
+    back = files.load(1, {}, 0, lambda s: None)
+    assert back.documents() == idx.documents() and back.documents()["s3"] == (2, "f" * 64)
+    for q in (["apple"], ["late", "mug"], ["u17", "pan", "pan"]):
+        assert back.search(q, 5) == idx.search(q, 5)
