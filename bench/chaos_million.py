@@ -491,8 +491,8 @@ def render_million(r: dict, command: str) -> str:
               f"index equals the table after the writes: {r['index_equal']}; restarted services answer as before: "
               f"{[r.get(k) for k in ('restart_same', 'restart_killed_same', 'rebuild_same') if k in r]}."),
               f"* **Invariants**: {'all hold' if not bad else '; '.join(bad)}.",
-              f"* **Machine speed**: a plain Python loop ran at {r.get('loop_ns', 0):.0f} ns per iteration at the "
-              "start (a quiet modern core: ~25-35 ns); the CPU-bound numbers above scale with it.", ""]
+              (f"* **Machine speed**: a plain Python loop ran at {r.get('loop_ns', 0):.0f} ns per iteration at the "
+              "start (a quiet modern core: ~25-35 ns); the CPU-bound numbers above scale with it."), ""]
     return "\n".join(lines)
 
 
