@@ -314,9 +314,11 @@ async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
     return await _db(svc, svc.import_, repo, data, replace, whole_repo=True)
 
 
-_NDJSON_BODY = {"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {
-    "type": "string", "description": "one JSON object {name, description, body, metadata} per line"}}}}}
-_NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json", "")
+_NDJSON_SCHEMA = {"schema": {"type": "string", "description": "one JSON object {name, description, body, metadata} per line"}}
+# text/plain too: NDJSON is text, and generic clients (and API fuzzers) can send that type
+_NDJSON_BODY = {"requestBody": {"required": True, "content": {"application/x-ndjson": _NDJSON_SCHEMA,
+                                                              "text/plain": _NDJSON_SCHEMA}}}
+_NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json", "text/plain", "")
 
 
 @router.post("/repos/{repo}/bulk", response_model=BulkResult, openapi_extra=_NDJSON_BODY,
@@ -325,7 +327,8 @@ async def bulk(repo: str, request: Request, svc: Svc, auth: Auth) -> BulkResult:
     auth.require(repo, write=True)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype not in _NDJSON_TYPES:
-        raise APIError(415, "unsupported_media_type", "send application/x-ndjson: one JSON skill object per line")
+        raise APIError(415, "unsupported_media_type", "send application/x-ndjson (or text/plain): one JSON skill "
+                                                      "object per line")
     data = await _body(request, svc)
     return await _db(svc, svc.bulk_put, repo, data, whole_repo=True)
 
