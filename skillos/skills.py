@@ -102,6 +102,8 @@ def validate_description(description: Any) -> str:
         raise SkillFormatError("invalid_description",
                                "description is missing: say in 1-1024 chars when the skill should be used")
     description = description.strip()
+    if bad := bad_char(description):
+        raise SkillFormatError("invalid_character", f"the description holds {bad}: remove it")
     if len(description) > DESCRIPTION_MAX:
         raise SkillFormatError("invalid_description",
                                f"description is {len(description)} chars long; the limit is {DESCRIPTION_MAX}")

@@ -12,6 +12,7 @@ Plain code without I/O; each check returns a `Problem` (or None) for the caller 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from itertools import accumulate
@@ -73,6 +74,8 @@ def check_value(value: Any, *, max_depth: int, strings: bool = True, json_only: 
             if json_only and not (v is None or isinstance(v, (str, int, float, bool))):
                 return Problem("invalid_value", f"{what} holds a {type(v).__name__} at {_where(path)}: "
                                                 "only strings, numbers, booleans, null, lists and mappings")
+            if json_only and isinstance(v, float) and not math.isfinite(v):
+                return Problem("invalid_value", f"{what} holds {v} at {_where(path)}: not a JSON number")
             continue
         if depth > max_depth:
             return Problem("too_deep", f"{what} is nested deeper than {max_depth} levels (at {_where(path)})")
@@ -88,6 +91,8 @@ def check_value(value: Any, *, max_depth: int, strings: bool = True, json_only: 
             elif isinstance(x, str):
                 if strings and (bad := bad_char(x)):
                     return Problem("invalid_character", f"{what} holds {bad} at {_where((*path, k))}")
+            elif json_only and isinstance(x, float) and not math.isfinite(x):
+                return Problem("invalid_value", f"{what} holds {x} at {_where((*path, k))}: not a JSON number")
             elif json_only and not (x is None or isinstance(x, (int, float, bool))):
                 return Problem("invalid_value", f"{what} holds a {type(x).__name__} at {_where((*path, k))}: "
                                                 "only strings, numbers, booleans, null, lists and mappings")

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -59,6 +60,8 @@ class IndexFiles:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        for part in self.folder.glob("repo-*.part"):  # a save cut by a crash: up to a GB each, never read
+            part.unlink(missing_ok=True)
 
     def path(self, repo_id: int) -> Path:
         return self.folder / f"repo-{repo_id}.bm25.npz"
@@ -89,12 +92,18 @@ class IndexFiles:
         arrays.update({k: built[k] for k in ("fwd_ptr", "fwd_terms", "fwd_tfs", "base_ptr", "base_slots",
                                              "base_tfs", "df")})
         target = self.path(repo_id)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        # a name of its own per save: two savers (a periodic save and the one at shutdown, or two replicas
+        # sharing a folder, pid 1 both) must never write one inode
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f"repo-{repo_id}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         dir_fd = os.open(self.folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -128,7 +137,8 @@ class IndexFiles:
                 dl = z["dl"]
         except Refused:
             raise
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, EOFError,
+                UnicodeDecodeError) as e:  # TypeError / AttributeError: a meta of the wrong shape
             raise Refused(f"unreadable: {type(e).__name__}: {e}") from None
         lengths = {"versions": len(versions), "hashes": len(hashes) // 64, "dl": len(dl),
                    "fwd_ptr": len(built["fwd_ptr"]) - 1, "df": len(built["df"]) if n else 0,

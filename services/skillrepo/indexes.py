@@ -67,6 +67,7 @@ class IndexManager:
         self._indexes: OrderedDict[int, BM25Index] = OrderedDict()
         self._lock = threading.Lock()            # guards the LRU dict
         self._repo_locks: dict[int, threading.Lock] = {}  # one catch-up at a time per repo
+        self._save_lock = threading.Lock()
 
     def _repo_lock(self, repo_id: int) -> threading.Lock:
         with self._lock:
@@ -216,6 +217,12 @@ class IndexManager:
         idx = self.peek(repo_id)
         if idx is None or self.files is None:
             return False
+        with self._save_lock:  # one save at a time: the loop's and the one at shutdown wait for each other
+            if self.saved.get(repo_id, (-1, 0.0))[0] == idx.seq and self.files.path(repo_id).exists():
+                return False  # a save we waited for wrote this very state
+            return self._save(repo_id, idx)
+
+    def _save(self, repo_id: int, idx: BM25Index) -> bool:
         start = time.monotonic()
         with self._repo_lock(repo_id):  # no catch-up meanwhile: the copy is the state at its seq
             state = idx.export_state()

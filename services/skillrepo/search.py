@@ -65,6 +65,7 @@ def _norm_token(tok: str) -> str:
 # raw token -> indexed form ("" dropped): one C-level lookup per token (a million skills are ~100M tokens)
 _NORM: dict[str, str] = {}
 _NORM_MAX = 500_000  # emptied when full: unique tokens (numbers, ids) must not grow it without bound
+_NORM_KEEP = 40  # longer tokens are not kept: a 64 KiB body can be one token, and the bound is by entries
 
 
 def tokenize(text: str) -> list[str]:
@@ -74,12 +75,19 @@ def tokenize(text: str) -> list[str]:
     try:
         return [t for t in map(_NORM.__getitem__, raw) if t]
     except KeyError:
+        # never index _NORM again here: another thread may empty it between our insert and our read
+        out = []
+        for t in raw:
+            n = _NORM.get(t)
+            if n is None:
+                n = _norm_token(t)
+                if len(t) <= _NORM_KEEP:
+                    _NORM[t] = n
+            if n:
+                out.append(n)
         if len(_NORM) > _NORM_MAX:
             _NORM.clear()
-        for t in raw:
-            if t not in _NORM:
-                _NORM[t] = _norm_token(t)
-        return [t for t in map(_NORM.__getitem__, raw) if t]
+        return out
 
 
 def document_tokens(name: str, description: str, body: str) -> list[str]:

@@ -152,13 +152,18 @@ def _answers_api_errors(method):
 _BULK_KEYS = frozenset({"name", "description", "body", "metadata"})
 
 
+def _not_json(word: str):
+    raise ValueError(f"{word} is not a JSON number")
+
+
 class BlobTexts:
     """blob hash -> (description, body) of search hits, read from the database and kept (least recently used
     go). Content-addressed, so a kept entry is never stale; a small repo's hits are all kept."""
 
-    def __init__(self, store: Store, size: int = 50_000):
-        self.store, self.size = store, size
+    def __init__(self, store: Store, max_bytes: int = 64 << 20):
+        self.store, self.max_bytes = store, max_bytes  # bodies reach 64 KiB: a count bound is no memory bound
         self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
@@ -171,9 +176,13 @@ class BlobTexts:
             found = self.store.blob_texts(missing)
             out.update(found)
             with self._lock:
-                self._kept.update(found)
-                while len(self._kept) > self.size:
-                    self._kept.popitem(last=False)
+                for h, texts in found.items():
+                    if h not in self._kept:
+                        self._kept[h] = texts
+                        self._bytes += len(texts[0]) + len(texts[1])
+                while self._bytes > self.max_bytes and self._kept:
+                    _, (d, b) = self._kept.popitem(last=False)
+                    self._bytes -= len(d) + len(b)
         return out
 
 
@@ -544,8 +553,8 @@ class SkillRepoService:
                 raise APIError(413, "bulk_too_large", f"more than {limit} skills in one request: split it "
                                                       "(SKILLOS_MAX_BULK_SKILLS)")
             try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                obj = json.loads(line, parse_constant=_not_json)
+            except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, >4300 digits
                 raise APIError(400, "invalid_json", f"line {n} is not JSON: {type(e).__name__}: {e}") from None
             if not isinstance(obj, dict) or not obj.keys() <= _BULK_KEYS or "name" not in obj:
                 raise APIError(400, "invalid_skill", f"line {n} must be a JSON object with name, description and "

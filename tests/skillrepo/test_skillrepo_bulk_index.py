@@ -168,6 +168,39 @@ def test_bad_file_is_refused_and_the_index_rebuilt(db_url, tmp_path, damage):
     svc.stop()
 
 
+def test_two_saves_at_once_leave_one_whole_file(db_url, tmp_path):
+    """The periodic save and the one at shutdown (or two replicas sharing a folder) never write one file."""
+    import threading
+
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    svc.bulk_put(repo, ndjson(skills(50, "fridge", start=0)))
+    svc.search(repo, "mug", 5)
+    idx = svc.indexes.peek(rid)
+    state, identity = idx.export_state(), svc.store.repo_identity(rid)[1]
+    last = svc.store.version_at(rid, state["seq"])
+    errors = []
+
+    def save():
+        try:
+            for _ in range(3):
+                svc.indexes.files.save(rid, identity, state, last)
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=save) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not list(tmp_path.glob("repo-*.part"))
+    svc.stop()
+    svc, idx = restarted(db_url, tmp_path, repo)
+    assert svc.indexes.saved[rid][0] == idx.seq  # read from the file, not refused
+    want, _docs = reference(db_url, repo)
+    assert answers(svc, repo) == want
+    svc.stop()
+
+
 def test_deleted_repo_file_is_discarded(db_url, tmp_path):
     svc, repo, rid = saved_service(db_url, tmp_path)
     svc.delete_repo(repo)
@@ -220,6 +253,12 @@ def test_bulk_bad_input_is_refused_in_process(tmp_path):
         b"\n\n": (400, "empty_bulk", "no skills"),
         ndjson(skills(6)): (413, "bulk_too_large", "more than 5"),
         b'{"name": "a", "description": "x", "body": "' + b"z" * 70_000 + b'"}': (413, "body_too_large", "line 1"),
+        # what PostgreSQL's text or UTF-8 cannot hold, and what is not JSON though Python's json reads it
+        b'{"name": "a", "description": "x\\u0000"}': (400, "invalid_character", "NUL"),
+        b'{"name": "a", "description": "x\\ud800"}': (400, "invalid_character", "surrogate"),
+        b'{"name": "a", "description": "x", "metadata": {"n": NaN}}': (400, "invalid_json", "line 1"),
+        b'{"name": "a", "description": "x", "metadata": {"n": 1e999}}': (400, "invalid_metadata", "not a JSON"),
+        b'{"name": "a", "description": "x", "metadata": {"n": ' + b"9" * 5000 + b'}}': (400, "invalid_json", "line 1"),
     }
     for body, (status, code, words) in cases.items():
         with pytest.raises(APIError) as e:
