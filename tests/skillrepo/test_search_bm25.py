@@ -41,6 +41,16 @@ def test_tokenizer():
                                                                 "heat", "mug", "go"]
 
 
+def removed_one(rng, idx, docs: dict, p: float) -> bool:
+    """With probability ``p``, remove a random document from both the index and the reference."""
+    if rng.random() < p and docs:
+        victim = rng.choice(sorted(docs))
+        idx.remove(victim)
+        docs.pop(victim)
+        return True
+    return False
+
+
 @pytest.mark.parametrize("small_query", [BM25Index.SMALL_QUERY, 0], ids=["python-path", "numpy-path"])
 def test_agrees_with_reference_through_random_writes(small_query):
     rng = random.Random(7)
@@ -49,11 +59,7 @@ def test_agrees_with_reference_through_random_writes(small_query):
     docs: dict[str, list[str]] = {}
     for step in range(600):
         name = f"s{rng.randint(0, 80)}"
-        if rng.random() < 0.25 and docs:
-            victim = rng.choice(sorted(docs))
-            idx.remove(victim)
-            docs.pop(victim)
-        else:
+        if not removed_one(rng, idx, docs, 0.25):
             toks = random_doc(rng)
             idx.upsert(name, toks)
             docs[name] = toks
@@ -133,11 +139,7 @@ def test_cached_columns_stay_exact_through_writes_and_drift():
     checked = 0
     for step in range(900):
         name = f"s{rng.randint(0, 1999)}"
-        if rng.random() < 0.2 and docs:
-            victim = rng.choice(sorted(docs))
-            idx.remove(victim)
-            docs.pop(victim)
-        else:
+        if not removed_one(rng, idx, docs, 0.2):
             grow = 1 + step // 300  # longer documents as it goes, without "apple": avgdl and idf move
             toks = [w for w in random_doc(rng) * grow if w != "apple" or step < 300]
             idx.upsert(name, toks)
