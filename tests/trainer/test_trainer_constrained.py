@@ -109,10 +109,10 @@ def test_grammar_cache_keeps_the_most_recent_schemas_and_samples_keep_theirs():
     """An agent's action schema changes every turn: the cache is bounded, and a constraint it dropped
     still replays the masks of the completion sampled under it."""
     from services.trainer.decoding.constrained import GrammarCache
-    from services.trainer.grpo.policy import load_policy
+    from services.trainer.grpo.policy import load_tokenizer
     from skillos.acting.prompt import action_schema
 
-    _, tok = load_policy()
+    tok = load_tokenizer()
     cache = GrammarCache(tok, len(tok), 64, max_schemas=2)
     fmt = [{"type": "json_schema", "json_schema": {"schema": action_schema([f"go to desk {i}", "look"])}}
            for i in range(3)]
@@ -126,3 +126,40 @@ def test_grammar_cache_keeps_the_most_recent_schemas_and_samples_keep_theirs():
     ids = tok('{"thought": "", "action": "look"}', add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     kept = cache.for_response_format(fmt[1])                              # recompiled after eviction
     assert kept.masks(ids).shape == (len(ids), len(tok))
+
+
+def test_string_interior_fast_path_equals_the_trie_walk_on_the_curator_schema():
+    """`_distances_after` gathers plain tokens along one chain of states inside strings; on every state
+    a curator answer passes through (structure, names, enums, escapes, string bounds) it must give
+    exactly what walking the whole vocabulary byte by byte gives."""
+    from services.trainer.decoding.constrained import SchemaConstraint, Vocabulary
+    from services.trainer.grpo.policy import load_tokenizer
+
+    tok = load_tokenizer()
+    vocab = Vocabulary(tok, len(tok))
+    schema = curator_json_schema(1, 2, existing=["find-object", "heat-then-place"])
+    c = SchemaConstraint(schema, vocab, 400)
+    answer = {"calls": [_call("skill_update", skill_name="heat-then-place", description="Heat it: \"é\" \\ ok.",
+                              steps=["go to PLACE", "x" * 197, "take OBJECT from PLACE"]),
+                        _call("new_skill_insert", skill_name="a-b", description="Find things.",
+                              steps=["abc"] * 6)]}
+    data = json.dumps(answer, ensure_ascii=False).encode()
+    assert c.automaton.matches(data)
+    states, d = [], c.start
+    for b in data:
+        states.append(d)
+        d = c.automaton.step(d, b)
+    # the trie walk takes ~0.2 s a state inside a string: compare the states next to a non-plain byte
+    # (the ends of strings, escapes, structure) and every 32nd elsewhere (the 197-byte run included)
+    plain = set(c.vocab.plain_bytes)
+    near = {i + k for i, b in enumerate(data) if b not in plain for k in (-1, 0, 1)}
+    picked = [states[i] for i in range(len(data)) if i in near or i % 32 == 0]
+    fast_used = 0
+    for d in dict.fromkeys(picked):
+        expected = c._trie_distances(d)
+        fast = c._plain_run_distances(d)
+        if fast is not None:
+            fast_used += 1
+            assert torch.equal(fast, expected), d
+        assert torch.equal(c._distances_after(d), expected), d
+    assert fast_used > 20, fast_used     # the string interiors took the fast path

@@ -17,8 +17,9 @@ from conftest import ROOT, SHARED_DATA, run_service
 
 from services.trainer.config import TrainConfig
 
-# one CPU step (rollouts + DeepSpeed update) took ~6 min on 2 cores, and 15.5 min on the same kind of VM on
-# 2026-11-23 (rollouts 651 s, update 278 s): each phase may take up to 25 min before it counts as hung
+# one CPU step of the old 2 groups x 3 tasks (rollouts + DeepSpeed update) took ~6 min on 2 cores, and 15.5
+# min on the same kind of VM on 2026-11-23 (rollouts 651 s, update 278 s); 1 group x 2 tasks is about a third
+# of that: each phase may still take up to 25 min before it counts as hung
 STEP_BUDGET_S = 1500
 pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.timeout(3600)]
 

