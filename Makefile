@@ -8,8 +8,12 @@ setup:
 run: setup
 	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10 --concurrency 2
 
+# Two workers, a test file each at a time (pytest-xdist), the CPU-heavy files in one group on one worker
+# (tests/conftest.py, HEAVY): most tests wait on processes, sockets and sleeps, so on 2 cores one process
+# left a core idle; PYTEST_WORKERS=0 runs them all in this process.
+PYTEST_WORKERS ?= 2
 test: setup
-	.venv/bin/python -m pytest -q -ra $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: setup
 	.venv/bin/python -m bench

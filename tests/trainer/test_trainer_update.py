@@ -1,5 +1,6 @@
 """One GRPO update of the real SmolLM2-135M policy inside a DeepSpeed engine (CPU)."""
 
+import os
 import random
 
 import pytest
@@ -107,3 +108,30 @@ def test_checkpoint_resume_is_exact(policy, tmp_path):
     got = dict(b.module.named_parameters())
     mismatched = [n for n, p in want.items() if not torch.equal(p, got[n].detach())]
     assert not mismatched, f"{len(mismatched)} tensors differ after resume, e.g. {mismatched[:3]}"
+
+
+def test_a_single_process_never_rendezvouses_on_an_inherited_port(monkeypatch):
+    """A trainer started by a process that ran an engine itself (a test, a notebook) inherits its
+    MASTER_PORT, which that process's store still holds: binding it failed with EADDRINUSE. One
+    process picks a port of its own; torchrun's agent store (a port to connect to) is kept."""
+    import socket
+
+    from services.trainer.grpo.engine import prepare_distributed_env
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                     "MASTER_PORT": port}.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+        prepare_distributed_env()
+        mine = int(os.environ["MASTER_PORT"])
+        assert str(mine) != port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", mine))                   # free to bind
+        monkeypatch.setenv("MASTER_PORT", port)
+        monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+        prepare_distributed_env()
+        assert os.environ["MASTER_PORT"] == port

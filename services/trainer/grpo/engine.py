@@ -34,7 +34,13 @@ def prepare_distributed_env() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    if os.environ["WORLD_SIZE"] == "1" and not os.environ.get("TORCHELASTIC_USE_AGENT_STORE"):
+        # a single process hosts its own store: a port of its own, never one inherited from a parent
+        # that set these variables for its own process group and may still hold that port (torchrun's
+        # agent store is the exception: there the port is the agent's, to connect to)
+        os.environ["MASTER_PORT"] = str(free_port())
+    else:
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
 def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
