@@ -8,10 +8,10 @@ setup:
 run: setup
 	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10 --concurrency 2
 
-# Two workers, a test file each at a time (pytest-xdist), the CPU-heavy files in one group on one worker
-# (tests/conftest.py, HEAVY): most tests wait on processes, sockets and sleeps, so on 2 cores one process
-# left a core idle; PYTEST_WORKERS=0 runs them all in this process.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=2 runs two pytest-xdist workers (--dist loadgroup; tests/conftest.py groups the CPU-heavy
+# files). Off by default: the groups did not reach xdist's node ids in the last try (files were split
+# across workers), and two heavy files at once on 2 cores took 2-3x their time each.
+PYTEST_WORKERS ?= 0
 test: setup
 	.venv/bin/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -30,8 +30,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # start names that model (llama.cpp serves what it loaded whatever the name; metrics label by it).
 os.environ.setdefault("SKILLOS_LLM_MODEL", "smollm2-135m-instruct")
 
-# `make test` runs two pytest-xdist workers (--dist loadgroup), one group at a time each: a test file is a
-# group, except these files, which keep both cores busy for minutes (torch training and sampling,
+# With PYTEST_WORKERS=2, `make test` runs two pytest-xdist workers (--dist loadgroup), a group at a time each
+# (not yet working: xdist's node ids did not get the groups; off by default): a test file is a group, except these files, which keep both cores busy for minutes (torch training and sampling,
 # llama.cpp streams) and run as one group, collected first: two of them at once on 2 cores (llama.cpp's
 # spinning threads beside torch's) each took 2-3x their time alone. Seconds alone on the 2-core VM.
 HEAVY = (
@@ -45,6 +45,7 @@ HEAVY = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)     # before xdist's own hook, which turns the group markers into node ids
 def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(HEAVY)}
     for item in items:
