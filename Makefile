@@ -8,12 +8,8 @@ setup:
 run: setup
 	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10 --concurrency 2
 
-# PYTEST_WORKERS=2 runs two pytest-xdist workers (--dist loadgroup; tests/conftest.py groups the CPU-heavy
-# files). Off by default: the groups did not reach xdist's node ids in the last try (files were split
-# across workers), and two heavy files at once on 2 cores took 2-3x their time each.
-PYTEST_WORKERS ?= 0
 test: setup
-	.venv/bin/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -ra $(PYTEST_ARGS)
 
 bench: setup
 	.venv/bin/python -m bench

