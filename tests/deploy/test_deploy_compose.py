@@ -4,6 +4,8 @@ health-based depends_on, build targets, GPU reservations and volumes."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from deploy_tools import (
@@ -152,6 +154,19 @@ def test_skillrepo_uses_the_compose_postgres_and_redis(compose):
     assert env["SKILLOS_DATABASE_URL"].startswith("postgresql+psycopg://skillos:")
     assert env["SKILLOS_DATABASE_URL"].endswith("@postgres:5432/skillos")
     assert env["SKILLOS_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_skillrepo_saves_its_indexes_on_a_volume_over_a_folder_its_user_owns(compose):
+    """The saved BM25 indexes outlive a container: a named volume, mounted over /var/lib/skillos, which the
+    image creates owned by the service's user (a volume on a folder the image lacks is root's: unwritable)."""
+    env = service_env(compose, "skillrepo")
+    index_dir = env["SKILLOS_INDEX_DIR"]
+    mounts = compose["services"]["skillrepo"]["volumes"]
+    mount = next(v for v in mounts if (v["target"] if isinstance(v, dict) else v.split(":")[1]) == "/var/lib/skillos")
+    source = mount["source"] if isinstance(mount, dict) else mount.split(":")[0]
+    assert source == "skillrepo-index" and index_dir.startswith("/var/lib/skillos/")
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"chown skillos:skillos[^\n]*/var/lib/skillos", dockerfile)
 
 
 def test_trainer_runs_a_real_config_of_the_checkout(compose):

@@ -203,6 +203,7 @@ def test_trainer_config_is_valid_for_the_trainer(values):
     (("redis.enabled=false",), "needs secretConfig.SKILLOS_REDIS_URL"),
     (("llm.mode=external",), "llm.external.executor.baseUrl is required"),
     (("llm.mode=vllm",), "needs modelCache.enabled=true"),
+    (("config.SKILLOS_INDEX_DIR=index",), "config.SKILLOS_INDEX_DIR must be an absolute path"),
 ])
 def test_bad_values_fail_with_a_message_that_says_what_to_fix(sets, message):
     args = [tool("helm"), "template", "skillos", str(CHART)]
@@ -309,3 +310,21 @@ def test_console_reads_run_folders_read_only(values, claim):
     else:   # the trainer's claim, which its Job writes output_dir into
         assert volume["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
         assert claim in {o["metadata"]["name"] for o in objs if o["kind"] == "PersistentVolumeClaim"}
+
+
+def test_skill_repo_keeps_its_saved_indexes_in_an_emptydir_at_the_configured_folder():
+    """SKILLOS_INDEX_DIR was set to nothing and nothing was mounted: a restarted skill repo re-tokenized every
+    skill. Now the folder is an emptyDir (it outlives a container restart) at the path the service reads."""
+    objs = helm_template("values.yaml")
+    config = by_kind(objs, "ConfigMap")["skillos-config"]["data"]
+    dep = by_kind(objs, "Deployment")["skillos-skillrepo"]
+    mount = next(m for m in container(dep)["volumeMounts"] if m["name"] == "index")
+    assert mount["mountPath"] == config["SKILLOS_INDEX_DIR"] == "/var/cache/skillos/index"
+    assert not mount.get("readOnly")
+    volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "index")
+    assert volume == {"name": "index", "emptyDir": {"sizeLimit": "4Gi"}}
+    others = [d for name, d in by_kind(objs, "Deployment").items() if name != "skillos-skillrepo"]
+    assert not any(v["name"] == "index" for d in others for v in d["spec"]["template"]["spec"].get("volumes", []))
+    # "" turns saving off, and with it the volume
+    off = by_kind(helm_template("values.yaml", sets=("config.SKILLOS_INDEX_DIR=",)), "Deployment")["skillos-skillrepo"]
+    assert not any(v["name"] == "index" for v in off["spec"]["template"]["spec"].get("volumes", []))
