@@ -159,8 +159,9 @@ def test_skillrepo_uses_the_compose_postgres_and_redis(compose):
 def test_skillrepo_saves_its_indexes_on_a_volume_over_a_folder_its_user_owns(compose):
     """The saved BM25 indexes outlive a container: a named volume, mounted over /var/lib/skillos, which the
     image creates owned by the service's user (a volume on a folder the image lacks is root's: unwritable)."""
-    env = service_env(compose, "skillrepo")
-    index_dir = env["SKILLOS_INDEX_DIR"]
+    index_dir = read_env_file(ROOT / "deploy" / "skillos.env")["SKILLOS_INDEX_DIR"]
+    assert "SKILLOS_INDEX_DIR" not in (compose["services"]["skillrepo"].get("environment") or {}), \
+        "set in deploy/skillos.env only: compose's environment would override an edit there"
     mounts = compose["services"]["skillrepo"]["volumes"]
     mount = next(v for v in mounts if (v["target"] if isinstance(v, dict) else v.split(":")[1]) == "/var/lib/skillos")
     source = mount["source"] if isinstance(mount, dict) else mount.split(":")[0]

@@ -203,7 +203,8 @@ def test_trainer_config_is_valid_for_the_trainer(values):
     (("redis.enabled=false",), "needs secretConfig.SKILLOS_REDIS_URL"),
     (("llm.mode=external",), "llm.external.executor.baseUrl is required"),
     (("llm.mode=vllm",), "needs modelCache.enabled=true"),
-    (("config.SKILLOS_INDEX_DIR=index",), "config.SKILLOS_INDEX_DIR must be an absolute path"),
+    (("config.SKILLOS_INDEX_DIR=index",), "config.SKILLOS_INDEX_DIR must be an absolute folder"),
+    (("config.SKILLOS_INDEX_DIR=/",), "config.SKILLOS_INDEX_DIR must be an absolute folder"),
 ])
 def test_bad_values_fail_with_a_message_that_says_what_to_fix(sets, message):
     args = [tool("helm"), "template", "skillos", str(CHART)]
