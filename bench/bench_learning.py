@@ -27,7 +27,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from harness.stats import paired
@@ -199,6 +199,12 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     usage = _usage_line(method_a, records_a)
     if usage:
         lines += ["", usage]
+    records_b = [r for seed in seeds for r in recs[method_b][seed].values()]
+    origins = Counter((r.get("method_info") or {}).get("reused_from") for r in records_b)
+    origins.pop(None, None)
+    if origins:   # `skillos run --baseline-from`: episodes of an earlier run with the same executor settings
+        lines += ["", f"{method_b}: " + "; ".join(f"{n} of {len(records_b)} episodes taken from `{folder}`"
+                                                   for folder, n in origins.items()) + " (--baseline-from)."]
     # per type over the pairs only (a stream still running has played fewer tasks of method_a)
     per_type: dict[str, list[list[float]]] = defaultdict(lambda: [[], []])
     for seed in seeds:

@@ -104,7 +104,7 @@ def methods_cmd() -> None:
 
 # what a resumed run takes from its folder: given with --resume they are refused, not silently dropped
 RUN_SHAPE = ("env", "split", "method", "param", "from_repo", "baseline", "limit", "task_type", "per_type", "seeds",
-             "order", "k", "retrieval", "max_turns", "history_len", "acting", "oracle_judge")
+             "order", "k", "retrieval", "max_turns", "history_len", "acting", "oracle_judge", "baseline_from")
 
 
 def _on_command_line(ctx: typer.Context, name: str) -> bool:
@@ -126,6 +126,9 @@ def run(ctx: typer.Context,
             "start every stream's repo as a fork of this repo (a skill library to start from) instead of empty")),
         baseline: bool = typer.Option(True, "--baseline/--no-baseline",
                                       help="also play the No Memory baseline on the same tasks"),
+        baseline_from: Path = typer.Option(None, "--baseline-from", help=(
+            "take the No Memory episodes from this earlier run folder where it played the same task and seed "
+            "with the same executor settings (checked), and play only the rest (harness/reuse.py)")),
         limit: int = typer.Option(None, "--limit", help="first N tasks of the split (default: all)"),
         task_type: str = typer.Option(None, "--task-type", help=(
             "only tasks of these types, comma-separated (ALFWorld: pick,clean; reasoning: gsm_symbolic,chain_sum)")),
@@ -166,6 +169,7 @@ def run(ctx: typer.Context,
 
     from harness.attach import env_problems, free_port_offset, llm_problems
     from harness.resume import ResumeError
+    from harness.reuse import check_baseline_folder
     from harness.runner import resumed_options, run_job, run_options
     from harness.stack import Stack, healthy, running_stack, stack_dir
     from skillos.cli.common import fail
@@ -190,7 +194,10 @@ def run(ctx: typer.Context,
             opts = run_options(env=env, split=split, method=method, param=param, baseline=baseline,
                                from_repo=from_repo, limit=limit, task_type=task_type, per_type=per_type, seeds=seeds,
                                order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,
-                               history_len=history_len, acting=acting, oracle_judge=oracle_judge)
+                               history_len=history_len, acting=acting, oracle_judge=oracle_judge,
+                               baseline_from=baseline_from)
+            if baseline_from is not None:
+                check_baseline_folder(baseline_from)
     except ResumeError as e:
         fail(f"--resume {resume}: {e}")
     except ValueError as e:

@@ -35,6 +35,7 @@ from harness.resume import (
     run_lock,
     save_snapshot,
 )
+from harness.reuse import BASELINE, baseline_records
 from harness.stack import ENVS
 from skillos.acting.options import ActingOptions, from_pairs
 from skillos.clients.curator import AsyncCuratorClient
@@ -79,6 +80,7 @@ class RunOptions:
     from_repo: str | None = None  # each stream's repo starts as a fork of this one (a library to start from)
     acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
     resume: bool = False  # play on in ``out``, an earlier run's folder, from its last finished tasks
+    baseline_from: Path | None = None  # take No Memory's episodes from this earlier run folder (harness.reuse)
 
 
 def resumed_options(folder: Path) -> RunOptions:
@@ -105,7 +107,7 @@ def resumed_options(folder: Path) -> RunOptions:
 def run_options(*, env: str, split: str | None, method: str, param: Sequence[str], baseline: bool,
                 from_repo: str | None, limit: int | None, task_type: str | None, per_type: int | None, seeds: int,
                 order: str, concurrency: int, k: int, retrieval: str, max_turns: int, history_len: int,
-                acting: Sequence[str], oracle_judge: bool) -> RunOptions:
+                acting: Sequence[str], oracle_judge: bool, baseline_from: Path | None = None) -> RunOptions:
     """`skillos run`'s options, checked, as a `RunOptions` (a ValueError says what to fix). Where the
     services are (``urls``, ``token``, ``llms``) and the report folder are the command's to fill in once
     it knows the stack it runs on."""
@@ -121,10 +123,13 @@ def run_options(*, env: str, split: str | None, method: str, param: Sequence[str
         raise ValueError(f"unknown order {order!r}: use grouped or shuffled")
     if retrieval not in SEARCH_MODES:
         raise ValueError(f"unknown retrieval {retrieval!r}: use {', '.join(SEARCH_MODES)}")
+    if baseline_from is not None and BASELINE not in methods:
+        raise ValueError("--baseline-from gives the No Memory baseline's episodes: drop --no-baseline, or add "
+                         f"{BASELINE} to --method")
     return RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds, task_type=task_type,
                       per_type=per_type, order=order, concurrency=concurrency, k=k, retrieval=retrieval,
                       max_turns=max_turns, history_len=history_len, self_judge=not oracle_judge, params=params,
-                      from_repo=from_repo, acting=from_pairs(list(acting)))
+                      from_repo=from_repo, acting=from_pairs(list(acting)), baseline_from=baseline_from)
 
 
 def repo_name(run_id: str, method: str, seed: int) -> str:
@@ -259,17 +264,32 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
         models = await describe_models(opts.llms)
         if previous:
             check_models(previous.config.get("models") or {}, models)
+        acting = opts.acting.model_dump() if opts.acting is not None else None
+        reused: list[TaskRecord] = []
+        if opts.baseline_from is not None and not previous:   # a resumed run has them in its log already
+            seeds = [s for m, s in plans if m == BASELINE]
+            found = baseline_records(opts.baseline_from, {"env": opts.env, "split": opts.split,
+                                                          "max_turns": opts.max_turns, "history_len": opts.history_len,
+                                                          "acting": acting, "models": models},
+                                     {s: [t.id for t in order_tasks(tasks, opts.order, s)] for s in seeds})
+            for s, records in found.items():
+                done, how = starts[(BASELINE, s)]
+                starts[(BASELINE, s)] = ({**records, **done}, how)
+                reused += records.values()
         config = {"env": opts.env, "split": opts.split, "methods": opts.methods, "tasks": len(tasks),
                   "limit": opts.limit, "task_type": opts.task_type, "per_type": opts.per_type, "seeds": opts.seeds,
                   "order": opts.order, "k": opts.k, "retrieval": opts.retrieval, "from_repo": opts.from_repo,
                   "max_turns": opts.max_turns, "history_len": opts.history_len, "concurrency": opts.concurrency,
-                  "acting": opts.acting.model_dump() if opts.acting is not None else None,
-                  "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
+                  "acting": acting, "run_id": run_id, "urls": opts.urls, "self_judge": opts.self_judge,
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
-                  "models": models}
+                  "models": models,
+                  "baseline_from": str(opts.baseline_from) if opts.baseline_from else (
+                      previous.config.get("baseline_from") if previous else None)}
         live = RunLog(out, config, total=len(tasks) * len(plans),
                       repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)
+        for record in reused:   # the run's own from now on: a resume, the report and the analysis read them
+            live.task(record)
         if on_start:
             on_start(len(tasks) * len(plans), sum(len(done) for done, _ in starts.values()))
 
