@@ -104,7 +104,8 @@ def methods_cmd() -> None:
 
 # what a resumed run takes from its folder: given with --resume they are refused, not silently dropped
 RUN_SHAPE = ("env", "split", "method", "param", "from_repo", "baseline", "limit", "task_type", "per_type", "seeds",
-             "order", "k", "retrieval", "max_turns", "history_len", "acting", "oracle_judge", "baseline_from")
+             "order", "k", "retrieval", "max_turns", "history_len", "acting", "oracle_judge", "baseline_from",
+             "assume_same_code")
 
 
 def _on_command_line(ctx: typer.Context, name: str) -> bool:
@@ -129,6 +130,9 @@ def run(ctx: typer.Context,
         baseline_from: Path = typer.Option(None, "--baseline-from", help=(
             "take the No Memory episodes from this earlier run folder where it played the same task and seed "
             "with the same executor settings (checked), and play only the rest (harness/reuse.py)")),
+        assume_same_code: bool = typer.Option(False, "--assume-same-executor-code", help=(
+            "with --baseline-from: also take episodes whose records carry no fingerprint of the executor's code "
+            "(runs from before it was recorded); say so where you report them")),
         limit: int = typer.Option(None, "--limit", help="first N tasks of the split (default: all)"),
         task_type: str = typer.Option(None, "--task-type", help=(
             "only tasks of these types, comma-separated (ALFWorld: pick,clean; reasoning: gsm_symbolic,chain_sum)")),
@@ -195,9 +199,11 @@ def run(ctx: typer.Context,
                                from_repo=from_repo, limit=limit, task_type=task_type, per_type=per_type, seeds=seeds,
                                order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,
                                history_len=history_len, acting=acting, oracle_judge=oracle_judge,
-                               baseline_from=baseline_from)
+                               baseline_from=baseline_from, assume_same_code=assume_same_code)
             if baseline_from is not None:
                 check_baseline_folder(baseline_from)
+                if out is not None and out.resolve() == baseline_from.resolve():
+                    fail("--out is the --baseline-from folder: a new run would empty it; write the run elsewhere")
     except ResumeError as e:
         fail(f"--resume {resume}: {e}")
     except ValueError as e:

@@ -165,6 +165,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                   ""]
     lines += [(f"{cfg.get('tasks')} tasks × {cfg.get('seeds')} seed(s), order {cfg.get('order')}, "
                f"max turns {cfg.get('max_turns')}, k = {cfg.get('k')}."), ""]
+    reuse = cfg.get("baseline_from")
+    if isinstance(reuse, dict):   # `skillos run --baseline-from` (harness/reuse.py)
+        again = ", ".join(f"{n} ({why})" for why, n in (reuse.get("played_again") or {}).items())
+        lines += [(f"No Memory: {reuse.get('taken', 0)} episodes taken from `{reuse.get('from')}` (--baseline-from: "
+                   "same task, seed and executor settings, played there, with its timings)"
+                   + (f"; played again here: {again}" if again else "")
+                   + ("; episodes without a code fingerprint assumed of the same executor code"
+                      if reuse.get("assumed_same_code") else "") + "."), ""]
     types = sorted({t for m in methods.values() for t in m["aggregate"]["sr_per_type"]})
     lines += ["## Success rate (%)", "",
               "| method | " + " | ".join(types) + " | macro avg | overall | steps |",

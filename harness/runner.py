@@ -35,7 +35,7 @@ from harness.resume import (
     run_lock,
     save_snapshot,
 )
-from harness.reuse import BASELINE, baseline_records
+from harness.reuse import BASELINE, baseline_records, executor_code
 from harness.stack import ENVS
 from skillos.acting.options import ActingOptions, from_pairs
 from skillos.clients.curator import AsyncCuratorClient
@@ -81,6 +81,7 @@ class RunOptions:
     acting: ActingOptions | None = None  # how the executor decides (None: the executor service's settings)
     resume: bool = False  # play on in ``out``, an earlier run's folder, from its last finished tasks
     baseline_from: Path | None = None  # take No Memory's episodes from this earlier run folder (harness.reuse)
+    assume_same_code: bool = False     # ... also those whose records carry no executor code fingerprint
 
 
 def resumed_options(folder: Path) -> RunOptions:
@@ -107,7 +108,8 @@ def resumed_options(folder: Path) -> RunOptions:
 def run_options(*, env: str, split: str | None, method: str, param: Sequence[str], baseline: bool,
                 from_repo: str | None, limit: int | None, task_type: str | None, per_type: int | None, seeds: int,
                 order: str, concurrency: int, k: int, retrieval: str, max_turns: int, history_len: int,
-                acting: Sequence[str], oracle_judge: bool, baseline_from: Path | None = None) -> RunOptions:
+                acting: Sequence[str], oracle_judge: bool, baseline_from: Path | None = None,
+                assume_same_code: bool = False) -> RunOptions:
     """`skillos run`'s options, checked, as a `RunOptions` (a ValueError says what to fix). Where the
     services are (``urls``, ``token``, ``llms``) and the report folder are the command's to fill in once
     it knows the stack it runs on."""
@@ -123,13 +125,16 @@ def run_options(*, env: str, split: str | None, method: str, param: Sequence[str
         raise ValueError(f"unknown order {order!r}: use grouped or shuffled")
     if retrieval not in SEARCH_MODES:
         raise ValueError(f"unknown retrieval {retrieval!r}: use {', '.join(SEARCH_MODES)}")
+    if assume_same_code and baseline_from is None:
+        raise ValueError("--assume-same-executor-code goes with --baseline-from")
     if baseline_from is not None and BASELINE not in methods:
         raise ValueError("--baseline-from gives the No Memory baseline's episodes: drop --no-baseline, or add "
                          f"{BASELINE} to --method")
     return RunOptions(env=env, split=split, methods=methods, limit=limit, seeds=seeds, task_type=task_type,
                       per_type=per_type, order=order, concurrency=concurrency, k=k, retrieval=retrieval,
                       max_turns=max_turns, history_len=history_len, self_judge=not oracle_judge, params=params,
-                      from_repo=from_repo, acting=from_pairs(list(acting)), baseline_from=baseline_from)
+                      from_repo=from_repo, acting=from_pairs(list(acting)), baseline_from=baseline_from,
+                      assume_same_code=assume_same_code)
 
 
 def repo_name(run_id: str, method: str, seed: int) -> str:
@@ -266,12 +271,15 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
             check_models(previous.config.get("models") or {}, models)
         acting = opts.acting.model_dump() if opts.acting is not None else None
         reused: list[TaskRecord] = []
+        reuse_note = None
         if opts.baseline_from is not None and not previous:   # a resumed run has them in its log already
             seeds = [s for m, s in plans if m == BASELINE]
-            found = baseline_records(opts.baseline_from, {"env": opts.env, "split": opts.split,
-                                                          "max_turns": opts.max_turns, "history_len": opts.history_len,
-                                                          "acting": acting, "models": models},
-                                     {s: [t.id for t in order_tasks(tasks, opts.order, s)] for s in seeds})
+            found, skipped = baseline_records(
+                opts.baseline_from, {"env": opts.env, "split": opts.split, "max_turns": opts.max_turns,
+                                     "history_len": opts.history_len, "acting": acting, "models": models},
+                {s: [t.id for t in order_tasks(tasks, opts.order, s)] for s in seeds}, opts.assume_same_code)
+            reuse_note = {"from": str(opts.baseline_from), "taken": sum(len(r) for r in found.values()),
+                          "played_again": skipped, "assumed_same_code": opts.assume_same_code}
             for s, records in found.items():
                 done, how = starts[(BASELINE, s)]
                 starts[(BASELINE, s)] = ({**records, **done}, how)
@@ -284,8 +292,8 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
                   "models": models,
-                  "baseline_from": str(opts.baseline_from) if opts.baseline_from else (
-                      previous.config.get("baseline_from") if previous else None)}
+                  "executor_code": executor_code(),
+                  "baseline_from": reuse_note or (previous.config.get("baseline_from") if previous else None)}
         live = RunLog(out, config, total=len(tasks) * len(plans),
                       repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)
         for record in reused:   # the run's own from now on: a resume, the report and the analysis read them
@@ -314,6 +322,7 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
                                 repo=repo_client, llm=writer if METHODS[method].uses_writer else None)
 
             async def ended(record: TaskRecord) -> None:
+                record.method_info.setdefault("executor_code", executor_code())   # what decided it (harness.reuse)
                 if repo and built.sequential:   # the repos this task left, before its record (harness.resume)
                     try:
                         await save_snapshot(out, repo_client, method, repo, record.position)
