@@ -156,6 +156,41 @@ def ablation(args) -> None:
     print(table(out, variants))
 
 
+def prefix(out: Path, variants: list[str]) -> str:
+    """How much of each turn's prompt a server's prefix cache can reuse: every recorded turn's messages rebuilt
+    (`skillos.acting.prompt.agent_messages`, without the admissible list the records do not keep), flattened,
+    and held against the turn before's: the characters of the turn before's prompt that are not a prefix of this
+    one (0: append-only), and the characters this turn adds after the shared prefix."""
+    from skillos.acting.options import from_pairs
+    from skillos.acting.prompt import agent_messages
+
+    def flat(ms: list[dict]) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in ms)
+
+    rows = [("| variant | turns | first prompt (chars) | previous prompt not reused (chars per turn) | "
+            "new after the shared prefix (chars per turn) |"), "|---|---|---|---|---|"]
+    for v in variants:
+        opts = from_pairs(VARIANTS[v])
+        first, lost, added = [], [], []
+        for r in read_tasks(out / v):
+            history, prev, turns = [], None, r.turns
+            for t in turns:
+                text = flat(agent_messages("alfworld", r.instruction, t["observation"], skills=[], history=history,
+                                           admissible=None, first_observation=turns[0]["observation"], options=opts,
+                                           task_type=r.task_type, task_id=r.task_id))
+                if prev is None:
+                    first.append(len(text))
+                else:
+                    shared = len(os.path.commonprefix([prev, text]))
+                    lost.append(len(prev) - shared)
+                    added.append(len(text) - shared)
+                prev = text
+                history.append((t["observation"], t["action"], t["thought"]))
+        mean = lambda xs: sum(xs) / max(1, len(xs))
+        rows.append(f"| {v} | {len(added)} | {mean(first):.0f} | {mean(lost):.0f} | {mean(added):.0f} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -173,9 +208,14 @@ def main() -> None:
     t = sub.add_parser("table", help="the table from the run folders")
     t.add_argument("out", type=Path)
     t.add_argument("--variants", help="comma-separated (default: all)")
+    f = sub.add_parser("prefix", help="append-only check and what a turn adds, from the run folders")
+    f.add_argument("out", type=Path)
+    f.add_argument("--variants", help="comma-separated (default: all)")
     args = p.parse_args()
     if args.cmd == "ablation":
         ablation(args)
+    elif args.cmd == "prefix":
+        print(prefix(args.out, args.variants.split(",") if args.variants else list(VARIANTS)))
     else:
         print(table(args.out, args.variants.split(",") if args.variants else list(VARIANTS)))
 

@@ -18,9 +18,10 @@ does it across machines.
 What is reused: the folder's `none` records whose (task, seed) the new run plays, that ended without a
 harness error, when every setting above is the same in both runs (else the run is refused, with the
 differing settings named); a record whose code fingerprint differs, or that has none (played before records
-carried it), is played again unless ``assume_same_code``. They are written to the new run's ``tasks.jsonl`` as its own (at the new run's
-positions), marked ``method_info["reused_from"]``, so a resume, the report and `bench.bench_learning analyze`
-treat them as played. A (task, seed) the folder lacks is played.
+carried it), is played again unless ``assume_same_code``. They are written to the new run's ``tasks.jsonl``
+as its own (at the new run's positions), marked ``method_info["reused_from"]``, so a resume, the report and
+`bench.bench_learning analyze` treat them as played. A (task, seed) the folder lacks is played. The
+fingerprint lives in each record, not in run.json: a resumed run may play on newer code than it began with.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def check_baseline_folder(folder: Path) -> dict[str, Any]:
                             "give the --out folder of an earlier run that played the No Memory baseline")
     if BASELINE not in (state.config.get("methods") or []):
         raise BaselineError(f"--baseline-from {folder}: that run played "
-                          f"{', '.join(state.config.get('methods') or []) or 'nothing'}, not the No Memory baseline "
-                          f"({BASELINE})")
+                            f"{', '.join(state.config.get('methods') or []) or 'nothing'}, not the No Memory baseline "
+                            f"({BASELINE})")
     return state.config
 
 

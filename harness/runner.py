@@ -292,7 +292,6 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
                   "models": models,
-                  "executor_code": executor_code(),
                   "baseline_from": reuse_note or (previous.config.get("baseline_from") if previous else None)}
         live = RunLog(out, config, total=len(tasks) * len(plans),
                       repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)

@@ -182,3 +182,16 @@ def test_webshop_schema_refuses_the_search_placeholder():
     pattern = next(c["pattern"] for c in schema["properties"]["action"]["anyOf"] if "pattern" in c)
     assert re.match(pattern, "search[blue cotton t-shirt men]")
     assert not re.match(pattern, "search[<your query>]")
+
+
+def test_the_prompt_of_the_recorded_episodes_stays_append_only_but_for_the_closing_question():
+    """bench_acting prefix over the committed speed-c1 records (RESULTS-learning §0): each turn's prompt begins
+    with the whole turn before's but its closing question, and the acting options add more per turn."""
+    from bench.bench_acting import prefix
+    from tests.conftest import ROOT
+
+    rows = prefix(ROOT / "bench/evidence/acting-valid_seen/speed-c1", ["before", "all"]).splitlines()[2:]
+    cells = {r.split("|")[1].strip(): [float(c) for c in r.split("|")[2:6]] for r in rows}
+    for turns, _first, lost, added in cells.values():
+        assert turns > 30 and lost <= len(" What do you do next?") * 2 and added > 0
+    assert cells["all"][3] > cells["before"][3]
