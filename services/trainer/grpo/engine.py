@@ -43,7 +43,10 @@ def prepare_distributed_env() -> None:
         os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
-def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
+def deepspeed_config(cfg: TrainConfig, torch_adam: bool = False) -> dict[str, Any]:
+    """The engine's config. On GPUs the optimizer is DeepSpeed's AdamW: FusedAdam, a CUDA op that is
+    JIT-compiled with nvcc at first use; `torch_adam=True` makes it torch.optim.AdamW instead (same
+    update, no compile step: bench/bench_trainer.py's default, so a lent machine runs it at once)."""
     ds = cfg.deepspeed
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.offload_optimizer == "cpu" and ds.zero_stage > 0:
@@ -62,11 +65,14 @@ def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
     if on_gpu():
         conf["optimizer"] = {"type": "AdamW", "params": {"lr": cfg.lr, "weight_decay": cfg.weight_decay,
                                                          "betas": [0.9, 0.999], "eps": 1e-8}}
+        if torch_adam:
+            conf["optimizer"]["params"]["torch_adam"] = True
     return conf
 
 
-def build_engine(model: torch.nn.Module, cfg: TrainConfig):
-    """deepspeed.initialize(...) -> engine (call `engine.module` for the wrapped model)."""
+def build_engine(model: torch.nn.Module, cfg: TrainConfig, torch_adam: bool = False):
+    """deepspeed.initialize(...) -> engine (call `engine.module` for the wrapped model); `torch_adam`:
+    see `deepspeed_config`."""
     prepare_distributed_env()
     import deepspeed
 
@@ -79,7 +85,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig):
         importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo", verbose=False)
-    conf = deepspeed_config(cfg)
+    conf = deepspeed_config(cfg, torch_adam=torch_adam)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = None
     if "optimizer" not in conf:

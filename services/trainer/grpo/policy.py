@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import inspect
 import os
 import threading
 import time
@@ -175,6 +176,22 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def _takes_logits_to_keep(model) -> bool:
+    """Whether the causal LM under `model` (a DeepSpeed engine's `.module`, a peft wrapper's base model)
+    takes `logits_to_keep`, as transformers' causal LMs do."""
+    inner = getattr(model, "module", model)
+    if hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
+def _logits(model, ids: torch.Tensor, attn: torch.Tensor, keep: int) -> torch.Tensor:
+    """Logits of the last `keep` positions ([B, keep, V]); a model without `logits_to_keep` computes all
+    positions, cut here."""
+    extra = {"logits_to_keep": keep} if _takes_logits_to_keep(model) else {}
+    return model(input_ids=ids, attention_mask=attn, use_cache=False, **extra).logits[:, -keep:]
+
+
 def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
                       temperature: float = 1.0, allowed: list[torch.Tensor | None] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,14 +211,18 @@ def sequence_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[l
         ids[i, :len(s)] = torch.tensor(s)
         attn[i, :len(s)] = 1
     dev = model_device(model)
-    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), use_cache=False).logits
+    # The LM head only where a completion token is predicted (from the earliest completion start on):
+    # with a 150k vocabulary it is a quarter of the forward pass, and full-width logits are most of the
+    # activation memory. Positions before `offset` are never read.
+    offset = max(0, min((len(p) for p, c in zip(prompt_ids, completion_ids) if c), default=1) - 1)
+    logits = _logits(model, ids.to(dev), attn.to(dev), width - offset)
     mask = torch.zeros((len(seqs), tc), dtype=torch.float32, device=dev)
     rows = []
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         if not c:
             rows.append(torch.zeros(tc, device=dev))
             continue
-        start = len(p) - 1                      # logits at position t predict token t+1
+        start = len(p) - 1 - offset             # logits at position t predict token t+1
         lg = logits[i, start:start + len(c)] / temperature
         tgt = torch.tensor(c, dtype=torch.long, device=dev)
         ok = allowed[i].to(dev) if allowed is not None and allowed[i] is not None else None

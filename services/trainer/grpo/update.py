@@ -31,6 +31,13 @@ def _allowed(samples: list[PolicySample]) -> list[torch.Tensor | None]:
     return [s.constraint.masks(s.completion_ids) if s.constraint is not None else None for s in samples]
 
 
+def _sync() -> None:
+    # CUDA kernels run after their Python call returns: wait for them (this process's current device)
+    # so that the seconds reported are the work's; no-op on the CPU
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _chosen_tokens(s: PolicySample, allowed: torch.Tensor | None) -> int:
     return len(s.completion_ids) if allowed is None else int((allowed.sum(-1) > 1).sum())
 
@@ -66,6 +73,7 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
                                       pad_id, cfg.temperature, al)
             old.append(lp)
             refs.append(_ref_logprobs(engine, ref_model, mb, pad_id, cfg, al) if cfg.kl_coef > 0 else None)
+    _sync()
     old_s = time.perf_counter() - start
     engine.module.train()
     stats = Counter()
@@ -89,6 +97,7 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
         stats["kl_ref"] += out.kl_ref * n
         stats["active_tokens"] += n
     engine.module.eval()
+    _sync()
     elapsed = time.perf_counter() - start
     ran = max(1.0, stats["active_tokens"])      # the per-token statistics are over the tokens that ran
     return {"loss": stats["loss"], "clip_fraction": stats["clip_fraction"] / ran,
