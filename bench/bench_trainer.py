@@ -150,8 +150,9 @@ def random_policy(arch: str, dtype: str = "fp32", seed: int = 0, **overrides):
 
 
 def _sync() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    from services.trainer.grpo.update import _sync as sync  # the trainer's own CUDA wait, one definition
+
+    sync()
 
 
 def _samples(n: int, prompt: int, completion: int, vocab: int):
