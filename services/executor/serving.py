@@ -5,7 +5,9 @@ Routes (api_router.py) only translate HTTP to these methods. What fails where:
 - env server or skill repo unreachable before the episode starts -> 502;
 - the LLM fails (down, 5xx, timeout, after the client's retries) during an episode -> the episode
   ends with ``success=false, stop_reason="llm_error"`` and the reason (200: the trajectory so far is
-  data the caller wants); in /v1/act and /v1/judge -> 502 ``llm_unavailable``;
+  data the caller wants); in /v1/act and /v1/judge -> 502 ``llm_unavailable``; a prompt longer than the LLM's
+  context is shortened from its oldest past steps (`skillos.acting.episode.ask_fitting`), and when it cannot be
+  -> 400 ``context_exceeded``;
 - the env fails mid-episode -> ``stop_reason="env_error"``, ``success=false``.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from functools import partial
 
 from prometheus_client import Counter, Histogram
 
@@ -64,6 +67,14 @@ def _env_error_to_api(e: EnvError, what: str) -> APIError:
                         headers={"Retry-After": str(int(e.retry_after or 1))})
     status = e.status if e.status in (400, 404, 409, 422) else 400
     return APIError(status, e.code, f"{what}: {e.message}", e.details)
+
+
+def _llm_error_to_api(e: LLMError) -> APIError:
+    if e.context_exceeded:   # even with only the last step shown: the request's own text is too long
+        return APIError(400, "context_exceeded", "the prompt is longer than the LLM's context even with only the "
+                        "last past step shown; shorten the observation, the task or the skills (or fewer: k). "
+                        + e.describe(), {"kind": e.kind, "status": e.status})
+    return APIError(502, "llm_unavailable", e.describe(), {"kind": e.kind, "status": e.status})
 
 
 def _repo_error_to_api(e: SkillRepoError) -> APIError:
@@ -161,14 +172,19 @@ class Executor:
         opts = self.acting_options(req.acting)
         avoid = avoided(req.env, req.task, history, req.observation, req.admissible_actions,
                         req.first_observation, req.first_admissible_actions, opts)
-        messages = agent_messages(req.env, req.task, req.observation, skills=skills, history=history,
-                                  history_len=req.history_len, admissible=req.admissible_actions, avoid=avoid,
-                                  first_observation=req.first_observation,
-                                  first_admissible=req.first_admissible_actions,
-                                  action_format=self.action_format, options=opts, task_type=req.task_type,
-                                  task_id=req.task_id)
-        res = await self._chat_or_502(messages, req.sampling, req.seed,
-                                      **self._decision_format(req.admissible_actions, avoid))
+        messages_for = partial(agent_messages, req.env, req.task, req.observation, skills=skills, history=history,
+                               history_len=req.history_len, admissible=req.admissible_actions, avoid=avoid,
+                               first_observation=req.first_observation,
+                               first_admissible=req.first_admissible_actions,
+                               action_format=self.action_format, options=opts, task_type=req.task_type,
+                               task_id=req.task_id)
+        try:   # a history longer than the context is shortened from its oldest steps, as in an episode
+            res, _ = await acting.ask_fitting(self.llm, messages_for, past=len(history), history_len=req.history_len,
+                                       temperature=req.sampling.temperature, top_p=req.sampling.top_p,
+                                       max_tokens=req.sampling.max_tokens, seed=req.seed,
+                                       **self._decision_format(req.admissible_actions, avoid))
+        except LLMError as e:
+            raise _llm_error_to_api(e) from e
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
                            valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=token_count([res]),
@@ -195,4 +211,4 @@ class Executor:
                                        max_tokens=sampling.max_tokens, seed=seed, stop=stop,
                                        response_format=response_format)
         except LLMError as e:
-            raise APIError(502, "llm_unavailable", e.describe(), {"kind": e.kind, "status": e.status}) from e
+            raise _llm_error_to_api(e) from e

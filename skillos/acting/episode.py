@@ -4,26 +4,30 @@ The executor service (`services.executor.serving`) opens the env session and ret
 then hands both to `react` (ALFWorld, WebShop) or `reason` (single-turn reasoning); the trainer's
 agent-policy mode and the benchmarks call the same functions with their own LLM. What ends an
 episode: the env says done (``won`` / ``done``), the turns run out (``max_turns``), the LLM gives no
-answer (``llm_error``: the trajectory so far is kept) or the env fails (``env_error``).
+answer (``llm_error``: the trajectory so far is kept) or the env fails (``env_error``). A prompt longer than
+the LLM's context is not an end: the oldest steps shown are hidden until it fits (`ask_fitting`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from skillos.acting.options import ActingOptions
 from skillos.acting.parse import parse_action
-from skillos.acting.prompt import action_schema, agent_messages, avoided, reasoning_messages
+from skillos.acting.prompt import action_schema, agent_messages, avoided, hide_more, reasoning_messages
 from skillos.llm import ChatResult, LLMError
+from skillos.logging import get_logger
 from skillos.protocol.executor import RetrievedSkill, Sampling, Turn
 
 ACTION_STOP = ["</action>"]
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _THINK = re.compile(r"<think>(.*?)(?:</think>|<answer>|$)", re.DOTALL | re.IGNORECASE)
+log = get_logger("skillos.acting")
 
 
 class StepLike(Protocol):
@@ -87,6 +91,30 @@ def decision_format(action_format: str, admissible: Sequence[str] | None, avoid:
     return {"stop": ACTION_STOP}
 
 
+async def ask_fitting(llm, messages_for: Callable[[int], list[dict]], *, past: int, history_len: int,
+                      hidden: int = 0, **chat) -> tuple[ChatResult, int]:
+    """One decision asked with ``messages_for(hidden=...)``; while the backend says the prompt is longer than its
+    context, the oldest steps shown are hidden a chunk at a time (`prompt.hide_more`) and it is asked again.
+    Returns the answer (its ``latency_s`` counts the refused attempts too) and the ``hidden`` it was asked
+    with, which the episode keeps: its next prompts then grow from there and stay cached. Raises the
+    `LLMError` when nothing is left to hide or the backend failed otherwise."""
+    spent = 0.0
+    while True:
+        try:
+            res = await llm.chat(messages_for(hidden=hidden), **chat)
+        except LLMError as e:
+            spent += getattr(e, "latency_s", 0.0)
+            more = hide_more(past, history_len, hidden) if e.context_exceeded else None
+            if more is None:
+                e.latency_s = spent
+                raise
+            log.info("prompt_over_context", past_steps=past, hidden=more, error=e.message[:200])
+            hidden = more
+            continue
+        res.latency_s += spent
+        return res, hidden
+
+
 async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: str | None, task_id: str | None,
                 observation: str,
                 admissible: Sequence[str], skills: Sequence[RetrievedSkill], max_turns: int, history_len: int,
@@ -98,16 +126,18 @@ async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: st
     admissible = list(admissible)
     out = Outcome()
     history: list[tuple[str, str, str]] = []
+    hidden = 0   # the first steps hidden because the prompt outgrew the context (ask_fitting)
     for i in range(max_turns):
         avoid = avoided(env_name, task, history, observation, admissible, first_obs, first_adm, opts)
-        messages = agent_messages(env_name, task, observation, skills=skills, history=history,
-                                  history_len=history_len, admissible=admissible, first_observation=first_obs,
-                                  first_admissible=first_adm, avoid=avoid, action_format=action_format,
-                                  options=opts, task_type=task_type, task_id=task_id)
+        messages_for = partial(agent_messages, env_name, task, observation, skills=skills, history=history,
+                               history_len=history_len, admissible=admissible, first_observation=first_obs,
+                               first_admissible=first_adm, avoid=avoid, action_format=action_format,
+                               options=opts, task_type=task_type, task_id=task_id)
         try:
-            res = await llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
-                                 max_tokens=sampling.max_tokens, seed=None if seed is None else seed + i,
-                                 **decision_format(action_format, admissible, avoid))
+            res, hidden = await ask_fitting(
+                llm, messages_for, past=len(history), history_len=history_len, hidden=hidden,
+                temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                seed=None if seed is None else seed + i, **decision_format(action_format, admissible, avoid))
         except LLMError as e:
             out.llm_s += getattr(e, "latency_s", 0.0)
             out.stop_reason, out.error = "llm_error", e.describe()

@@ -254,14 +254,26 @@ def places_block(env: str, admissible: Sequence[str] | None) -> str:
     return f"\nPlaces you can go to: {', '.join(places)}." if places else ""
 
 
-def _shown_history(n: int, history_len: int) -> int:
+def _shown_history(n: int, history_len: int, hidden: int = 0) -> int:
     """Index of the first of the ``n`` past steps shown in full. The window moves in chunks, so between
     two moves the prompt only grows (and stays cached); it shows between ``history_len`` and
-    ``history_len + HISTORY_CHUNK - 1`` steps, at least one."""
+    ``history_len + HISTORY_CHUNK - 1`` steps, at least one. ``hidden``: the first steps hidden in any
+    case, because the prompt outgrew the LLM's context (`hide_more`)."""
     keep = max(1, history_len)
-    if n <= keep:
-        return 0
-    return (n - keep) // HISTORY_CHUNK * HISTORY_CHUNK
+    start = 0 if n <= keep else (n - keep) // HISTORY_CHUNK * HISTORY_CHUNK
+    return min(max(start, hidden), max(0, n - 1))
+
+
+def hide_more(n: int, history_len: int, hidden: int) -> int | None:
+    """The next ``hidden`` once a prompt with ``n`` past steps did not fit the LLM's context: the window's
+    start moved on by a chunk (so the turns after it grow append-only from there, cached again), or None
+    when only the last step is shown and nothing is left to hide. A long episode with a full history
+    (30 steps, the state line each turn) reaches 12k tokens in ALFWorld: without this it ended on the
+    backend's HTTP 400 (bench/RESULTS-learning.md, section 0e)."""
+    start = _shown_history(n, history_len, hidden)
+    if start >= n - 1:
+        return None
+    return (start // HISTORY_CHUNK + 1) * HISTORY_CHUNK
 
 
 def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[RetrievedSkill],
@@ -269,7 +281,7 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
                    history_len: int = 30, first_observation: str | None = None,
                    first_admissible: Sequence[str] | None = None, avoid: Sequence[str] = (),
                    action_format: str = "json", options: ActingOptions | None = None,
-                   task_type: str | None = None, task_id: str | None = None) -> list[dict]:
+                   task_type: str | None = None, task_id: str | None = None, hidden: int = 0) -> list[dict]:
     """Chat messages for one ReAct decision.
 
     ``history``: every past (observation, action[, thought]) of the episode, oldest first;
@@ -279,6 +291,7 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
     ``avoid``: actions not offered this turn (they just changed nothing; see `avoided`).
     ``options``: the state line and the demonstrations (`ActingOptions`); ``task_type`` picks the latter,
     never of the floorplan of ``task_id``.
+    ``hidden``: the first past steps not shown in full whatever ``history_len`` says (`hide_more`).
     """
     opts = options or ActingOptions()
     first = first_observation if first_observation is not None else (history[0][0] if history else observation)
@@ -301,7 +314,7 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
     if not history:
         messages.append({"role": "user", "content": step1 + actions_block(env, admissible, avoid)})
         return messages
-    start = _shown_history(len(history), history_len)
+    start = _shown_history(len(history), history_len, hidden)
     if start > 0:
         earlier = "; ".join(step[1] for step in history[:start])
         opening += f"\n\n(Steps 1-{start} are not shown. Your actions in them: {_clip(earlier, 1200)})"

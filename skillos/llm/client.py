@@ -29,6 +29,10 @@ LLM_LATENCY = Histogram("skillos_llm_request_duration_seconds", "LLM chat latenc
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300))
 
 ErrorKind = Literal["timeout", "connection", "http", "bad_response"]
+# how backends say a prompt is longer than their context: llama-server (exceed_context_size_error), vLLM and
+# OpenAI ("maximum context length is", "context_length_exceeded"), vLLM's engine ("maximum model length")
+CONTEXT_EXCEEDED = ("exceed_context_size_error", "exceeds the available context size", "maximum context length",
+                    "context_length_exceeded", "maximum model length")
 
 
 class LLMError(Exception):
@@ -40,6 +44,12 @@ class LLMError(Exception):
         self.status = status
         self.message = message
         self.latency_s = 0.0  # time spent on all attempts
+
+    @property
+    def context_exceeded(self) -> bool:
+        """The backend refused the prompt as longer than its context (llama.cpp, vLLM, OpenAI wordings):
+        a shorter prompt may be answered, the same one never."""
+        return self.status == 400 and any(m in self.message.lower() for m in CONTEXT_EXCEEDED)
 
     def describe(self) -> str:
         status = f" (HTTP {self.status})" if self.status else ""

@@ -5,6 +5,7 @@ servers, real skill repo; and LLM backends that are down, answer 500 or hang (st
 from __future__ import annotations
 
 import importlib.util
+import json
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -287,3 +288,45 @@ def test_alfworld_episode_on_qwen_0_5b_plays_only_admissible_actions(qwen_05b, a
         assert t["thought"].strip(), t                          # and it reasoned first
     assert ep["invalid_actions"] == 0
     assert 'model="qwen2.5-coder-0.5b-instruct",role="executor"' in metrics
+
+
+SMALL_CTX = 2048   # tokens per slot: the opening prompt of an ALFWorld episode fits, a dozen full turns do not
+
+
+@pytest.fixture(scope="module")
+def small_context_llm(tmp_path_factory):
+    """The embedded SmolLM2 on llama-server with a context of SMALL_CTX tokens."""
+    with run_service(["llm", "--model", "smollm2-135m-instruct", "--parallel", "1", "--ctx", str(SMALL_CTX)],
+                     tmp_path=tmp_path_factory.mktemp("small-ctx"), ready_timeout=180) as svc:
+        yield f"{svc.url}/v1"
+
+
+def test_a_prompt_longer_than_the_context_hides_the_oldest_steps(small_context_llm, alfworld, tmp_path):
+    """A long episode with its full history outgrows a real llama-server's context: the executor hides its oldest
+    steps a chunk at a time and plays on (it ended on the backend's HTTP 400 before); /v1/act does the same for
+    a long history, and a request whose own text cannot fit gets a 400 that says what to shorten."""
+    task = first_task(alfworld)
+    history = [{"observation": f"You arrive at cabinet {i}. The cabinet {i} is open. In it, you see a "
+                               f"cloth {i}, a soapbar {i} and a candle {i}.", "action": f"go to cabinet {i + 1}",
+                "thought": "Nothing the task needs here; I go on to the next cabinet."} for i in range(1, 41)]
+    with executor_on(small_context_llm, tmp_path, alfworld) as ex:
+        r = post(ex, "/v1/episodes", {"env": "alfworld", "task_id": task["id"], "max_turns": 14, "history_len": 30,
+                                      "sampling": SMALL, "seed": 5})
+        act = post(ex, "/v1/act", {"env": "alfworld", "task": task["instruction"], "observation": "You arrive at "
+                                   "cabinet 41. The cabinet 41 is closed.", "history": history, "history_len": 30,
+                                   "sampling": SMALL})
+        too_long = post(ex, "/v1/act", {"env": "alfworld", "task": "put a mug in shelf. " * 900,
+                                        "observation": "You are in the middle of a room.", "sampling": SMALL})
+        logs = ex.logs()
+    assert r.status_code == 200, r.text
+    ep = r.json()
+    assert ep["stop_reason"] in ("won", "done", "max_turns"), ep["error"]
+    assert ep["stop_reason"] != "max_turns" or ep["steps"] == 14
+    fitted = [json.loads(line) for line in logs.splitlines() if '"prompt_over_context"' in line]
+    assert fitted, "no turn outgrew the context: raise max_turns or lower SMALL_CTX"
+    assert all(f["hidden"] % 8 == 0 and f["hidden"] > 0 for f in fitted)
+    assert act.status_code == 200, act.text
+    assert act.json()["action"]
+    assert too_long.status_code == 400, too_long.text
+    err = too_long.json()["error"]
+    assert err["code"] == "context_exceeded" and "shorten" in err["message"]

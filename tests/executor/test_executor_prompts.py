@@ -10,6 +10,7 @@ from skillos.acting.prompt import (
     HISTORY_CHUNK,
     action_schema,
     agent_messages,
+    hide_more,
     judge_messages,
     show_observation,
     stale_actions,
@@ -93,6 +94,30 @@ def test_history_window_moves_in_chunks_and_keeps_earlier_actions():
         shown.append(n - full)
     # the first hidden index changes only at chunk boundaries
     assert set(shown) <= {0, *range(0, 21, HISTORY_CHUNK)}
+
+
+def test_a_prompt_over_the_context_hides_the_oldest_steps_a_chunk_at_a_time():
+    """`hide_more`: each call moves the window's start on by a chunk, never past the last step; the turns
+    after it grow append-only from the new start (cached again)."""
+    history = [(f"obs {i}", f"act {i}") for i in range(20)]
+    hidden, starts = 0, []
+    while (more := hide_more(20, 30, hidden)) is not None:
+        assert more > hidden and more % HISTORY_CHUNK == 0
+        hidden = more
+        msgs = agent_messages("alfworld", "heat an egg", "obs 20", skills=SKILLS, history=history, admissible=PLACES,
+                              first_observation=ROOM, hidden=hidden)
+        shown = sum(1 for m in msgs if m["role"] == "assistant")
+        starts.append(20 - shown)
+        assert shown >= 1 and f"Steps 1-{20 - shown} are not shown" in msgs[1]["content"]
+        assert "act 0" in msgs[1]["content"]          # the hidden actions are still named, in one line
+    assert starts == [8, 16, 19]                      # chunks, then only the last step
+    assert hide_more(20, 30, hidden) is None and hide_more(1, 30, 0) is None and hide_more(0, 30, 0) is None
+    # the next turn keeps the start: its prompt extends this one's (append-only)
+    now = agent_messages("alfworld", "heat an egg", "obs 20", skills=SKILLS, history=history[:17], admissible=PLACES,
+                         first_observation=ROOM, hidden=16)
+    nxt = agent_messages("alfworld", "heat an egg", "obs 21", skills=SKILLS, history=history[:18], admissible=PLACES,
+                         first_observation=ROOM, hidden=16)
+    assert render(nxt).startswith(render(now[:-1]))
 
 
 def test_history_len_zero_still_shows_the_last_step():
