@@ -145,6 +145,9 @@ def run(ctx: typer.Context,
         resume: Path = typer.Option(None, "--resume", help=(
             "play on in this earlier run's folder from its last finished tasks, with the options it was started "
             "with (--concurrency and where the services are may be given again)")),
+        new_executor_code: bool = typer.Option(False, "--new-executor-code", help=(
+            "with --resume: play on although this checkout's executor code differs from the one the run's episodes "
+            "were played with (refused otherwise: the arms would not be comparable)")),
         k: int = typer.Option(5, "--k", min=0, help="skills retrieved per task"),
         retrieval: str = typer.Option("bm25", "--retrieval",
                                       help="how skills are searched: bm25 (the paper's) | dense | hybrid"),
@@ -173,7 +176,7 @@ def run(ctx: typer.Context,
 
     from harness.attach import env_problems, free_port_offset, llm_problems
     from harness.resume import ResumeError
-    from harness.reuse import check_baseline_folder
+    from harness.reuse import check_baseline_folder, executor_code, played_with
     from harness.runner import resumed_options, run_job, run_options
     from harness.stack import Stack, healthy, running_stack, stack_dir
     from skillos.cli.common import fail
@@ -190,6 +193,14 @@ def run(ctx: typer.Context,
             if out is not None and out.resolve() != resume.resolve():
                 fail("--resume plays on in the folder it names; drop --out")
             opts = resumed_options(resume)
+            played = played_with(resume)
+            if played and executor_code() not in played and not new_executor_code:
+                fail(f"--resume {resume}: its episodes were played by executor code {', '.join(sorted(played))} "
+                     f"(skillos/acting, services/executor), this checkout's is {executor_code()}: the rest would not "
+                     "be comparable with them. Play on from a checkout of the commit the run was started or last "
+                     "resumed at (git worktree add --detach ../run COMMIT; cd ../run; PYTHONPATH=$PWD "
+                     "../main/.venv/bin/skillos up / run --resume ...), or pass --new-executor-code to mix them "
+                     "(each record keeps its fingerprint)")
             if _on_command_line(ctx, "concurrency"):
                 opts = dataclasses.replace(opts, concurrency=concurrency)
             env, split = opts.env, opts.split

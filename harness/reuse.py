@@ -55,6 +55,13 @@ def executor_code() -> str:
     return h.hexdigest()[:16]
 
 
+def played_with(folder: Path) -> set[str]:
+    """The executor code fingerprints of the episodes ``folder``'s run has finished (records without one, played
+    before records carried it, add nothing)."""
+    return {code for records in finished_records(folder).values() for r in records.values()
+            if (code := r.method_info.get("executor_code"))}
+
+
 class BaselineError(ValueError):
     """The folder's No Memory episodes cannot stand for this run's; the message says why and what to do."""
 

@@ -91,7 +91,7 @@ def decision_format(action_format: str, admissible: Sequence[str] | None, avoid:
     return {"stop": ACTION_STOP}
 
 
-async def ask_fitting(llm, messages_for: Callable[[int], list[dict]], *, past: int, history_len: int,
+async def ask_fitting(llm, messages_for: Callable[..., list[dict]], *, past: int, history_len: int,
                       hidden: int = 0, **chat) -> tuple[ChatResult, int]:
     """One decision asked with ``messages_for(hidden=...)``; while the backend says the prompt is longer than its
     context, the oldest steps shown are hidden a chunk at a time (`prompt.hide_more`) and it is asked again.

@@ -266,14 +266,16 @@ def _shown_history(n: int, history_len: int, hidden: int = 0) -> int:
 
 def hide_more(n: int, history_len: int, hidden: int) -> int | None:
     """The next ``hidden`` once a prompt with ``n`` past steps did not fit the LLM's context: the window's
-    start moved on by a chunk (so the turns after it grow append-only from there, cached again), or None
-    when only the last step is shown and nothing is left to hide. A long episode with a full history
+    start moved on by a chunk, at most to the last step (so the turns after it grow append-only from there,
+    cached again), or None when only the last step is shown and nothing is left to hide. A long episode with a full history
     (30 steps, the state line each turn) reaches 12k tokens in ALFWorld: without this it ended on the
     backend's HTTP 400 (bench/RESULTS-learning.md, section 0e)."""
     start = _shown_history(n, history_len, hidden)
     if start >= n - 1:
         return None
-    return (start // HISTORY_CHUNK + 1) * HISTORY_CHUNK
+    # never past the last step: a start beyond it would be clamped now and move again next turn, rewriting
+    # the opening message (and missing the cache) on every turn until the episode caught up with it
+    return min((start // HISTORY_CHUNK + 1) * HISTORY_CHUNK, n - 1)
 
 
 def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[RetrievedSkill],

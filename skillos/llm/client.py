@@ -29,10 +29,15 @@ LLM_LATENCY = Histogram("skillos_llm_request_duration_seconds", "LLM chat latenc
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300))
 
 ErrorKind = Literal["timeout", "connection", "http", "bad_response"]
-# how backends say a prompt is longer than their context: llama-server (exceed_context_size_error), vLLM and
-# OpenAI ("maximum context length is", "context_length_exceeded"), vLLM's engine ("maximum model length")
-CONTEXT_EXCEEDED = ("exceed_context_size_error", "exceeds the available context size", "maximum context length",
-                    "context_length_exceeded", "maximum model length")
+# how backends say a prompt is longer than their context: llama-server (exceed_context_size_error, "exceeds the
+# available context size", "exceeds context size"), vLLM and OpenAI ("maximum context length",
+# "context_length_exceeded"), vLLM's engine ("maximum model length"), SGLang ("longer than the model's context
+# length"), Anthropic-compatible servers ("prompt is too long"), LiteLLM (ContextWindowExceededError) and TGI
+# (422 "`inputs` tokens + `max_new_tokens` must be <= ...")
+CONTEXT_EXCEEDED = ("exceed_context_size_error", "exceeds the available context size", "exceeds context size",
+                    "maximum context length", "context_length_exceeded", "maximum model length",
+                    "longer than the model's context length", "prompt is too long", "contextwindowexceedederror",
+                    "`max_new_tokens` must be <=")
 
 
 class LLMError(Exception):
@@ -49,7 +54,7 @@ class LLMError(Exception):
     def context_exceeded(self) -> bool:
         """The backend refused the prompt as longer than its context (llama.cpp, vLLM, OpenAI wordings):
         a shorter prompt may be answered, the same one never."""
-        return self.status == 400 and any(m in self.message.lower() for m in CONTEXT_EXCEEDED)
+        return self.status in (400, 413, 422) and any(m in self.message.lower() for m in CONTEXT_EXCEEDED)
 
     def describe(self) -> str:
         status = f" (HTTP {self.status})" if self.status else ""

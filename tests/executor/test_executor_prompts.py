@@ -102,7 +102,7 @@ def test_a_prompt_over_the_context_hides_the_oldest_steps_a_chunk_at_a_time():
     history = [(f"obs {i}", f"act {i}") for i in range(20)]
     hidden, starts = 0, []
     while (more := hide_more(20, 30, hidden)) is not None:
-        assert more > hidden and more % HISTORY_CHUNK == 0
+        assert more > hidden and (more % HISTORY_CHUNK == 0 or more == 19)   # chunks, at most the last step
         hidden = more
         msgs = agent_messages("alfworld", "heat an egg", "obs 20", skills=SKILLS, history=history, admissible=PLACES,
                               first_observation=ROOM, hidden=hidden)
@@ -118,6 +118,17 @@ def test_a_prompt_over_the_context_hides_the_oldest_steps_a_chunk_at_a_time():
     nxt = agent_messages("alfworld", "heat an egg", "obs 21", skills=SKILLS, history=history[:18], admissible=PLACES,
                          first_observation=ROOM, hidden=16)
     assert render(nxt).startswith(render(now[:-1]))
+    # after the deepest hide too: the start stays at the step it reached, the next turns extend the prompt
+    deepest = hide_more(17, 30, 16)
+    assert deepest is None and hide_more(18, 30, 8) == 16 and hide_more(10, 30, 0) == 8 and hide_more(5, 30, 0) == 4
+    prev = None
+    for n in range(5, 9):
+        msgs = agent_messages("alfworld", "heat an egg", f"obs {n}", skills=SKILLS, history=history[:n],
+                              admissible=PLACES, first_observation=ROOM, hidden=4)
+        assert "Steps 1-4 are not shown" in msgs[1]["content"]
+        if prev is not None:
+            assert render(msgs).startswith(render(prev[:-1]))
+        prev = msgs
 
 
 def test_history_len_zero_still_shows_the_last_step():
@@ -220,3 +231,55 @@ def test_the_prompt_of_the_recorded_episodes_stays_append_only_but_for_the_closi
     for turns, _first, lost, added in cells.values():
         assert turns > 30 and lost <= len(" What do you do next?") * 2 and added > 0
     assert cells["all"][3] > cells["before"][3]
+
+
+def test_ask_fitting_hides_until_it_fits_and_stops_when_nothing_is_left():
+    """`ask_fitting` over a `ChatLLM` that refuses prompts above a length, with the wordings real backends use;
+    any other error is raised at once."""
+    import asyncio
+
+    import pytest
+
+    from skillos.acting.episode import ask_fitting
+    from skillos.llm.client import ChatResult, LLMError
+
+    history = [(f"obs {i} " + "x" * 200, f"act {i}") for i in range(20)]
+    llama = ('{"error":{"message":"request (2100 tokens) exceeds the available context size (2048 tokens)",'
+             '"type":"exceed_context_size_error"}}')
+    wordings = [(400, llama),
+                (400, "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens"),
+                (400, "The prompt (2100 tokens) is longer than the model's context length (2048 tokens)."),
+                (422, "`inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens")]
+
+    class Limited:
+        def __init__(self, chars: int, status: int, message: str):
+            self.chars, self.status, self.message, self.asked = chars, status, message, []
+
+        async def chat(self, messages, **kw):
+            size = sum(len(m["content"]) for m in messages)
+            self.asked.append(size)
+            if size > self.chars:
+                e = LLMError("http", self.message, self.status)
+                e.latency_s = 0.5
+                raise e
+            return ChatResult(content="{}", latency_s=1.0)
+
+    def ask(llm, hidden=0):
+        messages_for = lambda **kw: agent_messages("alfworld", "heat an egg", "now", skills=SKILLS, history=history,
+                                                   admissible=PLACES, first_observation=ROOM, **kw)
+        return asyncio.run(ask_fitting(llm, messages_for, past=len(history), history_len=30, hidden=hidden))
+
+    full = sum(len(m["content"]) for m in agent_messages("alfworld", "heat an egg", "now", skills=SKILLS,
+                                                          history=history, admissible=PLACES, first_observation=ROOM))
+    for status, message in wordings:
+        llm = Limited(full * 2 // 3, status, message)
+        res, hidden = ask(llm)
+        assert hidden in (8, 16) and llm.asked[-1] <= llm.chars < llm.asked[0]
+        assert res.latency_s == 1.0 + 0.5 * (len(llm.asked) - 1)     # the refused attempts count
+    with pytest.raises(LLMError) as nothing_left:                      # not even the last step fits
+        ask(Limited(10, 400, wordings[0][1]))
+    assert nothing_left.value.context_exceeded and nothing_left.value.latency_s > 0
+    other = Limited(10, 400, "response_format: invalid schema")
+    with pytest.raises(LLMError):
+        ask(other)
+    assert len(other.asked) == 1                                       # not a context error: no second try

@@ -160,3 +160,23 @@ def test_a_run_plays_only_the_no_memory_episodes_the_earlier_run_lacks(alfworld_
                         alfworld_stack, tmp_path / "third")
     assert other.returncode != 0
     assert "max_turns 1 there, 2 here" in " ".join((other.stdout + other.stderr).split())
+
+
+def test_a_resume_on_other_executor_code_is_refused_unless_asked_for(tmp_path):
+    """The arms of a run must play the same executor code: `--resume` from a checkout whose skillos/acting or
+    services/executor changed since the run's episodes is refused, naming both fingerprints and the way to play
+    on from the run's own commit; `--new-executor-code` lets it go on (it then fails on the stack, not the code)."""
+    folder = _folder(tmp_path / "run", [_record(0, "t0", code="0123456789abcdef"), _record(1, "t1", code=None)])
+    base = [sys.executable, "-m", "skillos.cli", "run", "--resume", str(folder), "--no-start",
+            "--executor-url", "http://127.0.0.1:9"]
+    refused = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0 and "played by executor code 0123456789abcdef" in said
+    assert executor_code() in said and "git worktree add" in said and "--new-executor-code" in said
+    allowed = subprocess.run([*base, "--new-executor-code"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert "played by executor code" not in " ".join((allowed.stdout + allowed.stderr).split())
+    same = _folder(tmp_path / "same", [_record(0, "t0")])   # this checkout's own code: no question asked
+    again = subprocess.run([*base[:4], str(same), *base[5:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           check=False)
+    assert "played by executor code" not in " ".join((again.stdout + again.stderr).split())
