@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.chaos --scenario 1          # one of them
     .venv/bin/python -m bench.chaos --scenario 3          # an env replica killed mid-episode (about 2 minutes)
     .venv/bin/python -m bench.chaos --scenario 4          # the LLM killed mid-episode and mid-curation (3-5 min)
+    .venv/bin/python -m bench.chaos --scenario 5          # the executor under load: 64 clients, 10 minutes
     .venv/bin/python -m bench.chaos --scenario 6          # a million skills (about 30 min; --skills N for fewer)
     .venv/bin/python -m bench.chaos --append bench/RESULTS-reliability.md   # and add the section there
 
@@ -37,6 +38,10 @@ compares the final state, read straight from PostgreSQL, with that history (Jeps
 
 4. **The LLM backend killed mid-episode and mid-curation** (`bench.chaos_llm`, ``--scenario 4``, not in the
    default run): its own docstring says what is injected and checked.
+
+5. **The executor under load** (`bench.chaos_load`, ``--scenario 5 [--clients N --duration-s S]``, not in the
+   default run): 64 clients on `/v1/act` and the gateway's chat completions for 10 minutes over the embedded
+   SmolLM2; no 5xx, latency percentiles, the executor's RSS flat within 10 %; its docstring says the rest.
 
 6. **A million skills** (`bench.chaos_million`, ``--scenario 6 [--skills N]``, not in the default run): bulk
    import, search over HTTP with and without writes, restarts with a saved index, memory, rank_bm25 / bm25s /
@@ -1115,14 +1120,18 @@ def render_redis(r: dict, command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="1,2", help="comma-separated: 1 (PostgreSQL), 2 (Redis), 3 (an env "
-                    "replica killed mid-episode), 4 (the LLM killed mid-episode and mid-curation), 6 (a million skills); 3 "
-                    "and 4 need the ALFWorld data and the embedded LLM, and none of 3, 4, 6 is in the default")
+                    "replica killed mid-episode), 4 (the LLM killed mid-episode and mid-curation), 5 (the executor under "
+                    "load), 6 (a million skills); 3, 4 and 5 need the embedded LLM (3 and 4 the ALFWorld data too), "
+                    "and none of 3-6 is in the default")
     ap.add_argument("--outage-s", type=float, default=None, help="length of each fault (default: PostgreSQL 6 s stopped, 12 s frozen; Redis 8 s)")
-    ap.add_argument("--clients", type=int, default=None, help="scenarios 3 and 4: concurrent episode streams "
-                    "(default 8 and 4)")
+    ap.add_argument("--clients", type=int, default=None, help="scenarios 3, 4, 5: concurrent episode streams "
+                    "or clients (default 8, 4, 64)")
     ap.add_argument("--max-turns", type=int, default=6, help="scenario 3: max_turns of each episode")
     ap.add_argument("--warmup-s", type=float, default=30.0, help="scenario 3: seconds of load before the kill")
     ap.add_argument("--after-s", type=float, default=40.0, help="scenario 3: seconds of load after the kill")
+    ap.add_argument("--duration-s", type=float, default=600.0, help="scenario 5: seconds of load")
+    ap.add_argument("--no-admission", action="store_true", help="scenario 5: lift the executor's bound on LLM calls "
+                    "in flight (how it was before it)")
     ap.add_argument("--skills", type=int, default=1_000_000, help="scenario 6: how many skills")
     ap.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     ap.add_argument("--json", action="store_true", help="also print the raw findings as JSON")
@@ -1155,6 +1164,12 @@ def main(argv: list[str] | None = None) -> int:
             r = llm_loss(clients=args.clients or 4)
             parts.append(render_llm(r, command))
             failed |= bool(llm_invariants(r))
+        elif sc.strip() == "5":
+            from bench.chaos_load import executor_load, load_invariants, render_load  # it imports this module
+
+            r = executor_load(clients=args.clients or 64, duration_s=args.duration_s, admission=not args.no_admission)
+            parts.append(render_load(r, command))
+            failed |= bool(load_invariants(r))
         elif sc.strip() == "6":
             from bench.chaos_million import (  # it imports this module
                 million,

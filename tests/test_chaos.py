@@ -209,3 +209,40 @@ def test_million_skills_short_form(pg_tools, tmp_path):
     assert r["index_equal"] and r["restart_same"] and r["restart_killed_same"] and r["rebuild_same"]
     assert set(r["baselines"]) >= {"ours", "bm25s", "rank_bm25"} and r["pg_fts"]["n"] == 3
     assert chaos_million.million_invariants(r) == []
+
+
+@pytest.mark.timeout(900)
+def test_executor_under_load_short_form(tmp_path):
+    """Scenario 5 short: 8 clients for 20 s on /v1/act and the gateway (streamed and not) over the embedded
+    SmolLM2 with a small admission bound: every answer a 200 or a 429 with Retry-After, no hang, the RSS bound;
+    the timings are the full run's."""
+    from bench import chaos_load
+
+    # a bound of 2 calls that wait at most 1 s: with 8 clients the admission engages, and answers 429, not 5xx
+    r = chaos_load.executor_load(clients=8, duration_s=20, skills=300, hang_s=240, max_llm_calls=2, queue_s=1,
+                                 workdir=tmp_path)
+    print(chaos_load.render_load(r, "tests/test_chaos.py"))
+    # 20 s at a bound of 2 answers a handful of 200s: /v1/act and the gateway each got some (which of the
+    # gateway's kinds is chance)
+    assert "act" in r["latency"] and {"chat", "chat-new", "chat-stream", "chat-stream-new"} & set(r["latency"]), r
+    assert set(r["statuses"]) <= {"200", "429"} and r["statuses"].get("429"), r["codes"]
+    assert chaos_load.load_invariants(r) == []
+
+
+def test_load_invariants_catch_what_they_are_for():
+    """A 502, a hang, an answer outside the error shape, RSS growth and a logged unhandled error each break one."""
+    from bench import chaos_load
+
+    def result(codes=None, growth=2.0, unhandled=0, latency=True):
+        return {"codes": codes or {}, "rss_mb": {"growth_pct": growth}, "unhandled_errors_logged": unhandled,
+                "latency": {"act": {}} if latency else {}}
+
+    assert chaos_load.load_invariants(result()) == []
+    assert chaos_load.load_invariants(result({"429 too_many_requests": 3})) == []
+    broken = lambda **k: " ".join(chaos_load.load_invariants(result(**k)))
+    assert "5xx" in broken(codes={"502 llm_unavailable": 1})
+    assert "hangs" in broken(codes={"-1 hang": 1}) and "hangs" in broken(codes={"0 ReadError": 1})
+    assert "error shape" in broken(codes={"404 not-the-error-shape": 1})
+    assert "RSS moved +12.0" in broken(growth=12.0)
+    assert "unhandled_error" in broken(unhandled=2)
+    assert "no request was answered" in broken(latency=False)

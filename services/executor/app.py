@@ -42,7 +42,8 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.executor = Executor(settings, llm_settings)
-        gateway = Gateway(settings, llm_settings, judge=app.state.executor.judge)
+        gateway = Gateway(settings, llm_settings, judge=app.state.executor.judge,
+                          admission=app.state.executor.admission)
         gateway.attach(app)
         gateway.start()
         try:

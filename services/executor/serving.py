@@ -6,8 +6,10 @@ Routes (api_router.py) only translate HTTP to these methods. What fails where:
 - the LLM fails (down, 5xx, timeout, after the client's retries) during an episode -> the episode
   ends with ``success=false, stop_reason="llm_error"`` and the reason (200: the trajectory so far is
   data the caller wants); in /v1/act and /v1/judge -> 502 ``llm_unavailable``; a prompt longer than the LLM's
-  context is shortened from its oldest past steps (`skillos.acting.episode.ask_fitting`), and when it cannot be
-  -> 400 ``context_exceeded``;
+  context is shortened from its oldest past steps (`skillos.acting.episode.ask_fitting`: episodes and /v1/act),
+  and when it cannot be (or in /v1/judge, which shows the whole trajectory) -> 400 ``context_exceeded``;
+  more single calls (/v1/act, /v1/judge, the gateway) than the backend should hold at once wait their turn,
+  then -> 429 ``overloaded`` with Retry-After (`services.executor.admission`);
 - the env fails mid-episode -> ``stop_reason="env_error"``, ``success=false``.
 """
 
@@ -20,6 +22,7 @@ from functools import partial
 
 from prometheus_client import Counter, Histogram
 
+from services.executor.admission import Admission, Overloaded
 from services.executor.settings import ExecutorSettings
 from skillos.acting import episode as acting
 from skillos.acting.options import ActingOptions
@@ -69,12 +72,22 @@ def _env_error_to_api(e: EnvError, what: str) -> APIError:
     return APIError(status, e.code, f"{what}: {e.message}", e.details)
 
 
-def _llm_error_to_api(e: LLMError) -> APIError:
-    if e.context_exceeded:   # even with only the last step shown: the request's own text is too long
-        return APIError(400, "context_exceeded", "the prompt is longer than the LLM's context even with only the "
-                        "last past step shown; shorten the observation, the task or the skills (or fewer: k). "
+CONTEXT_ADVICE = {
+    "act": "even with only the last past step shown; shorten the observation, the task or the skills (or fewer: "
+           "k), or ask for fewer sampling.max_tokens",
+    "judge": "; send fewer or shorter turns, a shorter final answer, or fewer sampling.max_tokens",
+}
+
+
+def _llm_error_to_api(e: LLMError, what: str = "act") -> APIError:
+    if e.context_exceeded:   # the request's own text is too long: retrying cannot help, the caller can
+        return APIError(400, "context_exceeded", f"the prompt is longer than the LLM's context {CONTEXT_ADVICE[what]}. "
                         + e.describe(), {"kind": e.kind, "status": e.status})
     return APIError(502, "llm_unavailable", e.describe(), {"kind": e.kind, "status": e.status})
+
+
+def overloaded(e: Overloaded) -> APIError:
+    return APIError(429, "overloaded", str(e), headers={"Retry-After": str(e.retry_after_s)})
 
 
 def _repo_error_to_api(e: SkillRepoError) -> APIError:
@@ -116,9 +129,14 @@ class Executor:
 
     def __init__(self, settings: ExecutorSettings, llm_settings: LLMSettings | None = None, llm=None):
         self.settings = settings
-        llm = llm if llm is not None else LLMClient(llm_settings or LLMSettings.for_role("executor"))
+        llm_settings = llm_settings or LLMSettings.for_role("executor")
+        llm = llm if llm is not None else LLMClient(llm_settings)
         self.player = EpisodePlayer(llm, settings.player_options())
         self._slots = asyncio.Semaphore(settings.executor_max_concurrent_episodes)
+        # /v1/act, /v1/judge and the gateway's calls share one bound on what is at the backend; it shrinks while
+        # calls take more than half the LLM timeout (a call that would time out is a 502)
+        self.admission = Admission(settings.executor_max_llm_calls, settings.executor_llm_queue_s,
+                                   target_s=settings.executor_llm_target_s or llm_settings.timeout_s / 2)
 
     @property
     def llm(self):
@@ -179,12 +197,16 @@ class Executor:
                                action_format=self.action_format, options=opts, task_type=req.task_type,
                                task_id=req.task_id)
         try:   # a history longer than the context is shortened from its oldest steps, as in an episode
-            res, _ = await acting.ask_fitting(self.llm, messages_for, past=len(history), history_len=req.history_len,
-                                       temperature=req.sampling.temperature, top_p=req.sampling.top_p,
-                                       max_tokens=req.sampling.max_tokens, seed=req.seed,
-                                       **self._decision_format(req.admissible_actions, avoid))
+            async with self.admission.turn("act"):
+                res, _ = await acting.ask_fitting(
+                    self.llm, messages_for, past=len(history), history_len=req.history_len,
+                    temperature=req.sampling.temperature, top_p=req.sampling.top_p,
+                    max_tokens=req.sampling.max_tokens, seed=req.seed,
+                    **self._decision_format(req.admissible_actions, avoid))
         except LLMError as e:
             raise _llm_error_to_api(e) from e
+        except Overloaded as e:
+            raise overloaded(e) from None
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
                            valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=token_count([res]),
@@ -207,8 +229,11 @@ class Executor:
 
     async def _chat_or_502(self, messages, sampling, seed, stop=None, response_format=None) -> ChatResult:
         try:
-            return await self.llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
-                                       max_tokens=sampling.max_tokens, seed=seed, stop=stop,
-                                       response_format=response_format)
+            async with self.admission.turn("judge"):
+                return await self.llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
+                                           max_tokens=sampling.max_tokens, seed=seed, stop=stop,
+                                           response_format=response_format)
         except LLMError as e:
-            raise _llm_error_to_api(e) from e
+            raise _llm_error_to_api(e, "judge") from e
+        except Overloaded as e:
+            raise overloaded(e) from None

@@ -17,6 +17,13 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
 
     # episodes run at the same time in this process; more wait (the LLM backend is the bottleneck)
     executor_max_concurrent_episodes: int = Field(8, ge=1)
+    # single LLM calls (/v1/act, /v1/judge, the gateway's chat completions) at the backend at once, at most; the
+    # bound adapts below it while calls take more than half the LLM timeout (services/executor/admission.py);
+    # more calls wait their turn up to executor_llm_queue_s, then get 429 with Retry-After
+    executor_max_llm_calls: int = Field(32, ge=1)
+    executor_llm_queue_s: float = Field(30.0, ge=0)
+    # a call at the backend longer than this cuts the bound; 0: half the executor LLM's timeout
+    executor_llm_target_s: float = Field(0.0, ge=0)
     # one HTTP request's body (bigger: 413 before it is read)
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 

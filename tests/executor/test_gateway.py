@@ -453,3 +453,51 @@ def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embe
             assert httpx.post(f"{gw.url}/v1/act", json=act, timeout=30).status_code == 401
             r = httpx.post(f"{gw.url}/v1/act", json=act, headers=_bearer("team-token"), timeout=30)
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+
+
+def test_calls_beyond_the_admission_bound_get_429_with_retry_after(embedded_llm, gateway_db, skillrepo, curator,
+                                                                   tmp_path):
+    """One LLM call at a time and no queue (SKILLOS_EXECUTOR_MAX_LLM_CALLS=1, _LLM_QUEUE_S=0): of calls sent
+    together to /v1/act and the gateway (streamed and not), the ones without a turn get 429 overloaded with
+    Retry-After, each in its route's error shape, the rest 200; every turn is given back, a stream dropped
+    unread included (the in-flight gauge ends at 0), and the official client retries a 429 to a 200."""
+    import asyncio
+
+    act = {"task": "put a mug in shelf", "observation": "You are in the middle of a room.", "env": "alfworld",
+           "admissible_actions": ["go to shelf 1", "go to countertop 1"], "sampling": {"max_tokens": 24}}
+    chat = {"model": "smollm2-135m-instruct", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "Put a mug in the shelf. You see a shelf 1."}]}
+
+    async def burst(url):
+        async with httpx.AsyncClient(timeout=600) as c:
+            calls = [c.post(f"{url}/v1/act", json=act) for _ in range(3)]
+            calls += [c.post(f"{url}/v1/chat/completions", json={**chat, "stream": s}) for s in (False, True, False)]
+            return await asyncio.gather(*calls)
+
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path, executor_max_llm_calls=1,
+                    executor_llm_queue_s=0) as gw:
+        answers = asyncio.run(burst(gw.url))
+        with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json={**chat, "stream": True}, timeout=600) as r:
+            assert r.status_code in (200, 429)   # dropped without reading a byte
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=5, timeout=600)
+        assert client.chat.completions.create(**chat).choices[0].message is not None
+        metrics = ""
+        for _ in range(50):   # the dropped stream's turn comes back once the server has noticed
+            metrics = httpx.get(f"{gw.url}/metrics", timeout=10).text
+            if "skillos_executor_llm_calls_in_flight 0.0" in metrics:
+                break
+            time.sleep(0.2)
+    codes = [a.status_code for a in answers]
+    assert set(codes) <= {200, 429} and 200 in codes and 429 in codes, codes
+    for i, a in enumerate(answers):
+        if a.status_code != 429:
+            continue
+        assert int(a.headers["Retry-After"]) >= 1
+        err = a.json()["error"]
+        assert err["code"] == "overloaded" and "SKILLOS_EXECUTOR_MAX_LLM_CALLS" in err["message"]
+        if i >= 3:                                   # the gateway's errors are OpenAI's error object
+            assert "type" in err
+        else:                                        # /v1/act's the project's one error shape
+            assert "type" not in err and "details" in err
+    assert "skillos_executor_llm_calls_in_flight 0.0" in metrics
+    assert "skillos_executor_llm_calls_rejected_total" in metrics

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from services.executor.admission import Admission
 from services.executor.gateway.chat.api_router import router as chat_router
 from services.executor.gateway.chat.serving import ChatGateway
 from services.executor.gateway.errors import OpenAIErrors
@@ -42,16 +43,18 @@ def add_routes(app: FastAPI) -> None:
 class Gateway:
     """The gateway's parts of one process; `start` in the app's lifespan, `aclose` at its end."""
 
-    def __init__(self, settings: ExecutorSettings, llm: LLMSettings, judge=None):
+    def __init__(self, settings: ExecutorSettings, llm: LLMSettings, admission: Admission, judge=None):
         """``judge``: the executor's own `judge` (a `JudgeRequest` in, a `JudgeResponse` out), used on idle
-        trajectories when ``gateway_judge_expired`` is on."""
+        trajectories when ``gateway_judge_expired`` is on; ``admission``: the executor's bound on its single LLM
+        calls in flight, shared with /v1/act and /v1/judge."""
         self.store = TrajectoryStore(database_of(settings), settings.gateway_max_calls,
                                      settings.gateway_max_trajectory_bytes)
         names = [m.strip() for m in settings.gateway_models.split(",") if m.strip()] or [llm.model]
         self.models = ServedModels(names)
         token = settings.api_token or None
         self.chat = ChatGateway(llm=llm, store=self.store, skillrepo_url=settings.skillrepo_url, token=token,
-                                default_repo=settings.gateway_default_repo, k=settings.gateway_k, models=names)
+                                default_repo=settings.gateway_default_repo, k=settings.gateway_k, models=names,
+                                admission=admission)
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,

@@ -23,6 +23,7 @@ import json
 import re
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +31,7 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import Counter, Histogram
 
+from services.executor.admission import Admission, Overloaded, Turn
 from services.executor.gateway.chat.protocol import (
     REPO_HEADER,
     SKILLS_HEADER,
@@ -133,8 +135,8 @@ class _Accumulated:
 
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
-                 default_repo: str, k: int, models: list[str]):
-        self.store, self.default_repo, self.k = store, default_repo, k
+                 default_repo: str, k: int, models: list[str], admission: Admission):
+        self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
         headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
@@ -237,11 +239,17 @@ class ChatGateway:
         self.check_model(req.model)
         sent = req.as_sent()
         messages = sent["messages"]
-        row = await self.trajectory(headers, messages, req.model, grant)
+        # the turn first: a call refused for overload searches nothing and leaves no empty trajectory behind
+        turn = await self._turn(req.stream)
+        try:
+            row = await self.trajectory(headers, messages, req.model, grant)
+        except BaseException:
+            turn.leave()
+            raise
         body = {**sent, "model": self.backend_model, "messages": inject(messages, row.skills)}
         answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
         if req.stream:
-            return await self._stream(body, row, messages, answer_headers)
+            return await self._stream(body, row, messages, answer_headers, turn)
         sent_at = time.perf_counter()
         try:
             resp = await self._http.post(self.backend_url, json=body)
@@ -249,6 +257,8 @@ class ChatGateway:
             CALLS.labels("false", "502").inc()
             raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url}: "
                                                         f"{type(e).__name__}: {e}") from e
+        finally:
+            turn.leave()
         backend_s = time.perf_counter() - sent_at
         if resp.status_code >= 400:
             raise self._backend_error(resp, "false")
@@ -265,6 +275,14 @@ class ChatGateway:
         OVERHEAD.observe(max(0.0, time.perf_counter() - start - backend_s))
         return JSONResponse(data, headers=answer_headers)
 
+    async def _turn(self, stream: bool) -> Turn:
+        """A turn at the backend (`services.executor.admission`), or 429 overloaded with Retry-After."""
+        try:
+            return await self.admission.enter("chat")
+        except Overloaded as e:
+            CALLS.labels(str(stream).lower(), "429").inc()
+            raise gateway_error(429, "overloaded", str(e), headers={"Retry-After": str(e.retry_after_s)}) from None
+
     def _backend_error(self, resp: httpx.Response, stream: str):
         CALLS.labels(stream, str(resp.status_code)).inc()
         message = f"LLM backend: {_backend_message(resp)}"
@@ -276,15 +294,22 @@ class ChatGateway:
         return gateway_error(502, "llm_unavailable", message)
 
     async def _stream(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
-                      answer_headers: dict[str, str]) -> StreamingResponse:
-        request = self._http.build_request("POST", self.backend_url, json=body)
+                      answer_headers: dict[str, str], turn: Turn) -> StreamingResponse:
+        """``turn``: this call's admission, given back when the stream ends, fails before it starts, or is
+        dropped unread (a client gone before its first byte: the generator's own ``finally`` never runs)."""
         try:
+            request = self._http.build_request("POST", self.backend_url, json=body)
             resp = await self._http.send(request, stream=True)
         except httpx.HTTPError as e:
+            turn.leave()
             CALLS.labels("true", "502").inc()
             raise gateway_error(502, "llm_unavailable", f"LLM backend at {self.backend_url}: "
                                                         f"{type(e).__name__}: {e}") from e
+        except BaseException:
+            turn.leave()
+            raise
         if resp.status_code >= 400:
+            turn.leave()
             await resp.aread()
             await resp.aclose()
             raise self._backend_error(resp, "true")
@@ -316,10 +341,21 @@ class ChatGateway:
                 await self._record(row, messages, acc.message(), acc.usage)
                 yield b"data: [DONE]\n\n"
             finally:
+                turn.leave()
                 await resp.aclose()
                 if not recorded:   # the client went away mid-stream: what it got is still recorded
                     acc.feed(b"\n")
                     self._record_later(row, messages, acc.message(), acc.usage)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
+        stream = events()
+        loop = asyncio.get_running_loop()
+
+        def dropped() -> None:   # never iterated: give the turn back and stop the backend, on the loop's thread
+            if turn.held:
+                turn.leave()
+                loop.create_task(resp.aclose())
+
+        # the collector may run this on any thread (a cycle freed in a worker): only hand it to the loop
+        weakref.finalize(stream, lambda: loop.is_closed() or loop.call_soon_threadsafe(dropped))
+        return StreamingResponse(stream, media_type="text/event-stream",
                                  headers={**answer_headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -182,6 +182,9 @@ class Trajectories:
                 verdict = await self.judge(JudgeRequest(task=row.task[:20_000] or row.id, turns=turns,
                                                         final_answer="" if turns else "(no call recorded)"))
             except APIError as e:   # the LLM backend down or unreadable (502): nothing to curate from
+                if e.status == 429:   # the executor is busy with calls that wait for answers: the next sweep
+                    log.info("trajectory_judge_deferred", trajectory=row.id, reason="overloaded")
+                    break
                 log.warning("trajectory_judge_failed", trajectory=row.id, error=str(e)[:300])
                 if await self._db(self.store.expire_one, row.id, row.updated_at):
                     TRAJECTORIES.labels("expired").inc()

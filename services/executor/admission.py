@@ -1,0 +1,153 @@
+"""Admission of the executor's single LLM calls: `/v1/act`, `/v1/judge` and the gateway's chat completions.
+
+At most ``limit`` of them are at the LLM backend at once; a call beyond that waits for its turn (first come,
+first served) at most ``wait_s``, then is answered 429 ``overloaded`` with a ``Retry-After`` of about the time
+the calls ahead of it need. Episodes are bounded on their own (`executor_max_concurrent_episodes`: each has one
+call at a time).
+
+Why: a backend queues what it cannot run (vLLM, llama-server), and a call at the end of a long queue waited
+out the LLM timeout and was answered 502: an overload looked like a broken backend, and the client's retry made
+the queue longer (bench/RESULTS-reliability.md, scenario 5: 103 of 163 answers were 502 with 64 clients on
+SmolLM2 and 2 cores). With the calls in flight bounded, the backend's queue stays short, the LLM timeout fires
+only for a backend that is stuck, and the callers beyond the bound are told when to come back, as TGI's
+``--max-concurrent-requests`` and OpenAI's 429 do.
+
+The bound adapts (additive increase, multiplicative decrease, as TCP and Netflix's concurrency-limits do):
+what a backend can hold without making a call wait out its timeout is its throughput times that timeout, a
+number no setting knows (hundreds of calls for vLLM on a GPU, about ten for a small model on two cores). The
+limit starts at 4; a call that spent more than ``target_s`` at the backend (half the LLM timeout) cuts it by a
+fifth; a call that came back sooner while the limit was full raises it by 1/limit, up to ``max_limit``
+(SKILLOS_EXECUTOR_MAX_LLM_CALLS). `/metrics` shows where it settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from prometheus_client import Counter, Gauge, Histogram
+
+IN_FLIGHT = Gauge("skillos_executor_llm_calls_in_flight", "single LLM calls at the backend (act, judge, gateway)")
+WAITING = Gauge("skillos_executor_llm_calls_waiting", "single LLM calls waiting for admission")
+LIMIT = Gauge("skillos_executor_llm_calls_limit", "the adaptive bound on single LLM calls at the backend")
+REJECTED = Counter("skillos_executor_llm_calls_rejected_total", "calls answered 429 overloaded", ["route"])
+WAIT_SECONDS = Histogram("skillos_executor_llm_admission_wait_seconds", "time a call waited for admission",
+                         buckets=(0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120))
+DECREASE = 0.8   # a slow call cuts the limit by a fifth
+# where the limit starts: low, as TCP's slow start, since every call admitted before the first answer comes back
+# is admitted blind (starting at 32, the first 9 calls of scenario 5 waited out the timeout); it grows by 1/limit
+# per quick answer while full: to 32 in ~500 calls, seconds on a GPU server
+START = 4
+
+
+class Overloaded(Exception):
+    """No turn within the wait bound; ``retry_after_s``: when to come back."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Turn:
+    """An admitted call's place at the backend; `leave` gives it back (once, however often it is called)."""
+
+    def __init__(self, admission: Admission):
+        self._admission, self.started = admission, time.perf_counter()
+
+    @property
+    def held(self) -> bool:
+        return self._admission is not None
+
+    def leave(self) -> None:
+        if self._admission is not None:
+            self._admission._leave(self.started)
+            self._admission = None
+
+
+class Admission:
+    """``max_limit`` calls at most, fewer once calls take over ``target_s``; ``wait_s``: the wait for a turn."""
+
+    def __init__(self, max_limit: int, wait_s: float, target_s: float = 30.0):
+        self.max_limit, self.wait_s, self.target_s = max_limit, wait_s, target_s
+        self.limit = float(min(max_limit, START))
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future] = deque()
+        self._call_s = 1.0   # a moving average of how long an admitted call holds its turn
+        LIMIT.set(self.limit)
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for f in self._waiters if not f.done())
+
+    def retry_after_s(self) -> int:
+        """About the time the calls waiting now need to be served, in whole seconds (1-60)."""
+        return max(1, min(60, math.ceil(self._call_s * max(1, self.waiting) / max(1, int(self.limit)))))
+
+    def _room(self) -> bool:
+        return self.in_flight < max(1, int(self.limit))
+
+    async def enter(self, route: str) -> Turn:
+        """Wait for a turn and return it (`Turn.leave` when the call is done). Raises `Overloaded` after
+        ``wait_s``; a caller cancelled while waiting takes no turn."""
+        asked = time.perf_counter()
+        if self._room() and not self._waiters:
+            self.in_flight += 1
+        else:
+            granted = asyncio.get_running_loop().create_future()
+            self._waiters.append(granted)
+            WAITING.inc()
+            try:
+                async with asyncio.timeout(self.wait_s):
+                    await granted
+            except (TimeoutError, asyncio.CancelledError) as e:
+                if granted.done() and not granted.cancelled():   # granted in the same tick: give it back
+                    self.in_flight -= 1
+                    self._wake()
+                else:
+                    granted.cancel()
+                    self._waiters.remove(granted)
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                REJECTED.labels(route).inc()
+                raise Overloaded(f"the executor has {self.in_flight} LLM calls in flight (its limit now "
+                                 f"{int(self.limit)}, at most {self.max_limit}) and {self.waiting} more waiting; this one "
+                                 f"waited {self.wait_s:g} s. Retry after the Retry-After seconds "
+                                 "(SKILLOS_EXECUTOR_MAX_LLM_CALLS and SKILLOS_EXECUTOR_LLM_QUEUE_S set these bounds).",
+                                 self.retry_after_s()) from None
+            finally:
+                WAITING.dec()
+        WAIT_SECONDS.observe(time.perf_counter() - asked)
+        IN_FLIGHT.set(self.in_flight)
+        return Turn(self)
+
+    def _leave(self, started: float) -> None:
+        took = time.perf_counter() - started
+        self._call_s = 0.9 * self._call_s + 0.1 * took
+        full = self.in_flight >= int(self.limit)
+        if took > self.target_s:
+            self.limit = max(1.0, self.limit * DECREASE)
+        elif full:
+            self.limit = min(float(self.max_limit), self.limit + 1.0 / self.limit)
+        LIMIT.set(self.limit)
+        self.in_flight -= 1
+        self._wake()
+        IN_FLIGHT.set(self.in_flight)
+
+    def _wake(self) -> None:
+        while self._waiters and self._room():
+            granted = self._waiters.popleft()
+            if not granted.done():
+                granted.set_result(None)
+                self.in_flight += 1
+
+    @asynccontextmanager
+    async def turn(self, route: str) -> AsyncIterator[None]:
+        held = await self.enter(route)
+        try:
+            yield
+        finally:
+            held.leave()

@@ -1,0 +1,117 @@
+"""`services.executor.admission`: at most ``limit`` single LLM calls at the backend, first come first served,
+a call past its wait bound refused with a Retry-After, a turn given back exactly once whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.executor.admission import Admission, Overloaded
+
+
+def test_calls_beyond_the_limit_wait_their_turn_in_order():
+    async def go():
+        adm, order, inside, most = Admission(2, wait_s=5), [], 0, 0
+
+        async def call(i: int, hold: float):
+            nonlocal inside, most
+            async with adm.turn("act"):
+                inside += 1
+                most = max(most, inside)
+                order.append(i)
+                await asyncio.sleep(hold)
+                inside -= 1
+
+        await asyncio.gather(*(call(i, 0.05) for i in range(6)))
+        return adm, order, most
+
+    adm, order, most = asyncio.run(go())
+    assert most == 2 and order == list(range(6)) and adm.in_flight == 0
+
+
+def test_a_call_past_its_wait_is_refused_with_when_to_come_back():
+    async def go():
+        adm = Admission(1, wait_s=0.1)
+        held = await adm.enter("act")
+        with pytest.raises(Overloaded) as refused:
+            await adm.enter("chat")
+        busy = adm.in_flight
+        held.leave()
+        held.leave()                       # once, however often
+        again = await adm.enter("chat")    # the turn is free again
+        again.leave()
+        return refused.value, busy, adm.in_flight
+
+    e, busy, after = asyncio.run(go())
+    assert busy == 1 and after == 0
+    assert 1 <= e.retry_after_s <= 60 and "SKILLOS_EXECUTOR_MAX_LLM_CALLS" in str(e)
+
+
+def test_a_waiter_cancelled_in_line_takes_no_turn():
+    async def go():
+        adm = Admission(1, wait_s=5)
+        held = await adm.enter("act")
+        waiter = asyncio.create_task(adm.enter("act"))
+        await asyncio.sleep(0.05)
+        waiter.cancel()                    # the client went away while waiting
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        held.leave()
+        nxt = await asyncio.wait_for(adm.enter("act"), 1)
+        nxt.leave()
+        return adm.in_flight
+
+    assert asyncio.run(go()) == 0
+
+
+def test_zero_wait_admits_while_there_is_room():
+    async def go():
+        adm = Admission(2, wait_s=0)
+        a, b = await adm.enter("act"), await adm.enter("act")
+        with pytest.raises(Overloaded):
+            await adm.enter("act")
+        a.leave()
+        b.leave()
+
+    asyncio.run(go())
+
+
+def test_a_waiter_woken_and_cancelled_in_the_same_tick_gives_its_turn_back():
+    """The turn handed to a waiter that is cancelled before it runs goes to the next one (asyncio's Semaphore)."""
+    async def go():
+        adm = Admission(1, wait_s=5)
+        held = await adm.enter("act")
+        first = asyncio.create_task(adm.enter("act"))
+        second = asyncio.create_task(adm.enter("act"))
+        await asyncio.sleep(0.01)
+        held.leave()
+        first.cancel()                     # woken and cancelled before it could run
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        turn = await asyncio.wait_for(second, 1)
+        busy = adm.in_flight
+        turn.leave()
+        return busy, adm.in_flight
+
+    assert asyncio.run(go()) == (1, 0)
+
+
+def test_the_limit_shrinks_while_calls_are_slow_and_grows_back_while_they_are_quick_and_full():
+    """Additive increase, multiplicative decrease: calls over ``target_s`` cut the limit (never below 1), calls
+    under it with the limit full raise it, never above the configured maximum."""
+    async def go():
+        adm = Admission(8, wait_s=5, target_s=0.02)
+
+        async def call(hold: float):
+            async with adm.turn("act"):
+                await asyncio.sleep(hold)
+
+        await asyncio.gather(*(call(0.04) for _ in range(16)))      # slow: over the target
+        low = adm.limit
+        adm.target_s = 10.0
+        await asyncio.gather(*(call(0.001) for _ in range(200)))    # quick, and always more waiting than room
+        return low, adm.limit, adm.in_flight
+
+    low, high, busy = asyncio.run(go())
+    assert 1 <= low < 4 and low < high <= 8 and busy == 0
