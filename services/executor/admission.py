@@ -14,7 +14,7 @@ only for a backend that is stuck, and the callers beyond the bound are told when
 
 The bound adapts (additive increase, multiplicative decrease, as TCP and Netflix's concurrency-limits do):
 what a backend can hold without making a call wait out its timeout is its throughput times that timeout, a
-number no setting knows (hundreds of calls for vLLM on a GPU, about ten for a small model on two cores). The
+number no setting knows (hundreds of calls for vLLM on a GPU; SmolLM2 on two cores answered ~0.5 calls/s). The
 limit starts at 4; a call that spent more than ``target_s`` at the backend (half the LLM timeout) cuts it by a
 fifth; a call that came back sooner while the limit was full raises it by 1/limit, up to ``max_limit``
 (SKILLOS_EXECUTOR_MAX_LLM_CALLS). `/metrics` shows where it settled.
@@ -31,6 +31,8 @@ from contextlib import asynccontextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from skillos.errors import APIError
+
 IN_FLIGHT = Gauge("skillos_executor_llm_calls_in_flight", "single LLM calls at the backend (act, judge, gateway)")
 WAITING = Gauge("skillos_executor_llm_calls_waiting", "single LLM calls waiting for admission")
 LIMIT = Gauge("skillos_executor_llm_calls_limit", "the adaptive bound on single LLM calls at the backend")
@@ -39,7 +41,8 @@ WAIT_SECONDS = Histogram("skillos_executor_llm_admission_wait_seconds", "time a 
                          buckets=(0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120))
 DECREASE = 0.8   # a slow call cuts the limit by a fifth
 # where the limit starts: low, as TCP's slow start, since every call admitted before the first answer comes back
-# is admitted blind (starting at 32, the first 9 calls of scenario 5 waited out the timeout); it grows by 1/limit
+# is admitted blind (starting at 32, 9 calls of scenario 5 waited out the timeout, by the arithmetic those of
+# the first wave; starting at 4, none did); it grows by 1/limit
 # per quick answer while full: to 32 in ~500 calls, seconds on a GPU server
 START = 4
 
@@ -50,6 +53,10 @@ class Overloaded(Exception):
     def __init__(self, message: str, retry_after_s: int):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+    def api_error(self) -> APIError:
+        """429 ``overloaded`` with Retry-After (the gateway's middleware renders it as OpenAI's error object)."""
+        return APIError(429, "overloaded", str(self), headers={"Retry-After": str(self.retry_after_s)})
 
 
 class Turn:

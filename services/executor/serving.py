@@ -86,10 +86,6 @@ def _llm_error_to_api(e: LLMError, what: str = "act") -> APIError:
     return APIError(502, "llm_unavailable", e.describe(), {"kind": e.kind, "status": e.status})
 
 
-def overloaded(e: Overloaded) -> APIError:
-    return APIError(429, "overloaded", str(e), headers={"Retry-After": str(e.retry_after_s)})
-
-
 def _repo_error_to_api(e: SkillRepoError) -> APIError:
     if 400 <= e.status < 500:
         return APIError(e.status if e.status in (404, 422) else 400, e.code, f"skill repo: {e.message}")
@@ -206,7 +202,7 @@ class Executor:
         except LLMError as e:
             raise _llm_error_to_api(e) from e
         except Overloaded as e:
-            raise overloaded(e) from None
+            raise e.api_error() from None
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
                            valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=token_count([res]),
@@ -236,4 +232,4 @@ class Executor:
         except LLMError as e:
             raise _llm_error_to_api(e, "judge") from e
         except Overloaded as e:
-            raise overloaded(e) from None
+            raise e.api_error() from None

@@ -281,7 +281,7 @@ class ChatGateway:
             return await self.admission.enter("chat")
         except Overloaded as e:
             CALLS.labels(str(stream).lower(), "429").inc()
-            raise gateway_error(429, "overloaded", str(e), headers={"Retry-After": str(e.retry_after_s)}) from None
+            raise e.api_error() from None
 
     def _backend_error(self, resp: httpx.Response, stream: str):
         CALLS.labels(stream, str(resp.status_code)).inc()
