@@ -145,6 +145,9 @@ def run(ctx: typer.Context,
         resume: Path = typer.Option(None, "--resume", help=(
             "play on in this earlier run's folder from its last finished tasks, with the options it was started "
             "with (--concurrency and where the services are may be given again)")),
+        hold: str = typer.Option(None, "--hold", help=(
+            "with --resume: methods whose streams are not played on this time, comma-separated; they keep the "
+            "episodes they finished and play on at a later --resume without --hold (the run is left 'held')")),
         new_executor_code: bool = typer.Option(False, "--new-executor-code", help=(
             "with --resume: play on although this checkout's executor code differs from the one the run's episodes "
             "were played with (refused otherwise: the arms would not be comparable)")),
@@ -177,7 +180,7 @@ def run(ctx: typer.Context,
     from harness.attach import env_problems, free_port_offset, llm_problems
     from harness.resume import ResumeError
     from harness.reuse import check_baseline_folder, executor_code, played_with
-    from harness.runner import resumed_options, run_job, run_options
+    from harness.runner import held_methods, resumed_options, run_job, run_options
     from harness.stack import Stack, healthy, running_stack, stack_dir
     from skillos.cli.common import fail
     from skillos.methods import METHODS
@@ -203,9 +206,14 @@ def run(ctx: typer.Context,
                      "(each record keeps its fingerprint)")
             if _on_command_line(ctx, "concurrency"):
                 opts = dataclasses.replace(opts, concurrency=concurrency)
+            if hold:
+                opts = dataclasses.replace(opts, hold=held_methods(opts.methods, hold))
             env, split = opts.env, opts.split
-            console.print(f"resuming {resume}: {'+'.join(opts.methods)} on {env}/{split}, with the options it was started with")
+            console.print(f"resuming {resume}: {'+'.join(opts.methods)} on {env}/{split}, with the options it was started with"
+                          + (f"; holding {', '.join(opts.hold)}" if opts.hold else ""))
         else:
+            if hold:
+                fail("--hold goes with --resume: it pauses streams of a run that has started")
             opts = run_options(env=env, split=split, method=method, param=param, baseline=baseline,
                                from_repo=from_repo, limit=limit, task_type=task_type, per_type=per_type, seeds=seeds,
                                order=order, concurrency=concurrency, k=k, retrieval=retrieval, max_turns=max_turns,

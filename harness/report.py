@@ -348,8 +348,9 @@ class RunLog:
         with self.tasks_path.open("a", encoding="utf-8") as f:
             f.write(line)
 
-    def finish(self, error: str | None = None) -> None:
-        self.state = self.state.model_copy(update={"status": "failed" if error else "done",
+    def finish(self, error: str | None = None, held: bool = False) -> None:
+        """``held``: streams were held back (``--hold``) with tasks left: a later resume plays them on."""
+        self.state = self.state.model_copy(update={"status": "failed" if error else "held" if held else "done",
                                                    "finished_at": time.time(), "error": error})
         self._write_state()
 

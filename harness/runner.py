@@ -82,6 +82,18 @@ class RunOptions:
     resume: bool = False  # play on in ``out``, an earlier run's folder, from its last finished tasks
     baseline_from: Path | None = None  # take No Memory's episodes from this earlier run folder (harness.reuse)
     assume_same_code: bool = False     # ... also those whose records carry no executor code fingerprint
+    hold: tuple[str, ...] = ()  # resumed run: methods whose streams keep what they finished and play nothing now
+
+
+def held_methods(methods: Sequence[str], hold: str) -> tuple[str, ...]:
+    """``--hold`` checked against the run's methods: ValueError names what is wrong."""
+    held = tuple(dict.fromkeys(m.strip() for m in hold.split(",") if m.strip()))
+    unknown = [m for m in held if m not in methods]
+    if unknown:
+        raise ValueError(f"--hold {','.join(unknown)}: the run plays {', '.join(methods)}")
+    if set(held) >= set(methods):
+        raise ValueError("--hold names every method of the run: there would be nothing to play")
+    return held
 
 
 def resumed_options(folder: Path) -> RunOptions:
@@ -303,6 +315,8 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
         async def play(method: str, seed: int) -> StreamRun:
             built = build_method(method, opts.params.get(method, {}))
             done, how = starts[(method, seed)]
+            if method in opts.hold:   # its repo is left as it is: the resume that plays it on restores it
+                return StreamRun(method=method, seed=seed, repo=None, records=[done[p] for p in sorted(done)])
             repo = repo_name(run_id, method, seed) if METHODS[method].uses_repo else None
             if how == "restore":
                 await restore_snapshot(out, repo_client, method, repo, max(done))
@@ -352,7 +366,7 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
         except BaseException as e:
             live.finish(error=f"{type(e).__name__}: {e}"[:2000])
             raise
-    live.finish()
+    live.finish(held=any(r.method in opts.hold and len(r.records) < len(tasks) for r in runs))
     return out, summary
 
 

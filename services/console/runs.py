@@ -78,7 +78,7 @@ class RunInfo:
     id: str
     path: Path
     kind: str                       # stream | train
-    status: str                     # running | done | failed | stopped | unknown
+    status: str                     # running | done | failed | held | stopped | unknown
     started_at: float | None
     updated_at: float
     config: dict[str, Any]

@@ -176,7 +176,7 @@ class _Row(BaseModel):
 class RunState(_Row):
     """``run.json`` of a stream run."""
 
-    status: Literal["running", "done", "failed"] = "running"
+    status: Literal["running", "done", "failed", "held"] = "running"  # held: `--hold`, tasks left
     started_at: float | None = None
     finished_at: float | None = None
     config: dict[str, Any] = Field(default_factory=dict)   # what `skillos run` was asked (env, methods, seeds, ...)

@@ -170,3 +170,53 @@ def test_a_database_made_before_migrations_is_adopted_with_its_trajectories(stor
     assert store.get("old").task == "cool a pan"
     store.close()
     assert _version(store_url) == "0001"
+
+
+
+def test_an_overloaded_judge_defers_idle_trajectories_to_the_next_sweep(tmp_path):
+    """The idle sweep's self-judge goes through the executor's admission: when the bound is full it gets
+    429 overloaded, and the idle trajectories stay open for the next sweep instead of expiring uncurated.
+    The judge's LLM answer is a fixed verdict here (what is tested is the sweep around it); the admission
+    and its error are the service's own."""
+    import asyncio
+
+    from services.executor.admission import Admission, Overloaded
+    from services.executor.gateway.trajectories.serving import Trajectories
+    from skillos.protocol.executor import JudgeResponse, TokenCount
+
+    admission = Admission(max_limit=1, wait_s=0.05)
+    asked = []
+
+    async def judge(request):   # as serving.judge: a turn first, 429 when none comes within the wait
+        asked.append(request.task)
+        try:
+            turn = await admission.enter("judge")
+        except Overloaded as e:
+            raise e.api_error() from None
+        turn.leave()
+        return JudgeResponse(success=True, parsed=True, reason="done", completion="yes", tokens=TokenCount(),
+                             latency_s=0.0)
+
+    store = TrajectoryStore(f"sqlite:///{tmp_path}/g.db", max_calls=10, max_bytes=100_000)
+    for tid in ("a", "b"):
+        store.create(tid, "r", f"task {tid}", "m", [])
+    time.sleep(0.05)
+
+    async def go():
+        sweeps = Trajectories(store, "http://127.0.0.1:9", None, ttl_s=0.01, sweep_interval_s=3600,
+                              curator_timeout_s=1, curator_retries=0, judge=judge)
+        try:
+            held = await admission.enter("act")         # the executor busy: its one turn is taken
+            await sweeps.sweep()
+            assert asked == ["task a"]                  # the first refusal ends this sweep's judging
+            assert [store.get(t).status for t in ("a", "b")] == ["open", "open"]
+            held.leave()
+            await sweeps.sweep()
+            assert sorted(asked[1:]) == ["task a", "task b"]
+            rows = [store.get(t) for t in ("a", "b")]
+            assert all(r.status not in ("open", "expired") and r.outcome["judged"] for r in rows), rows
+        finally:
+            await sweeps.aclose()
+
+    asyncio.run(go())
+    store.close()

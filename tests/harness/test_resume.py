@@ -205,24 +205,31 @@ def test_resume_refuses_options_that_would_be_ignored(tmp_path):
 @pytest.mark.timeout(2400)
 @pytest.mark.skipif(not (SHARED_DATA / "alfworld").exists(), reason="ALFWorld data not present")
 def test_a_killed_run_resumes_from_its_last_finished_task(alfworld_stack, tmp_path):
+    """... and a resume may hold a stream back (``--hold none``): it plays nothing of it, keeps what it had
+    finished and leaves the run 'held'; the next resume plays the rest of it."""
     state = alfworld_stack
     out = tmp_path / "report"
     urls = ["--no-start", "--skillrepo-url", state.url("skillrepo"), "--executor-url", state.url("executor"),
             "--curator-url", state.url("curator"), "--env-url", state.url("alfworld")]
     cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", "alfworld", "--split", "valid_seen",
-           "--task-type", "clean", "--limit", "2", "--seeds", "1", "--max-turns", "2", "--no-baseline",
+           "--task-type", "clean", "--limit", "2", "--seeds", "1", "--max-turns", "2",
            "--oracle-judge", "--method", "skillos", "--out", str(out), *urls]
     env = {**os.environ, **state.env(), **LLM_ENV}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     log = out / "tasks.jsonl"
+
+    def lines(method):
+        return [line for line in log.read_text().splitlines() if json.loads(line)["method"] == method]
+
     deadline = time.monotonic() + 1800
-    while not (log.exists() and log.read_text().count("\n") >= 1):
+    while not (log.exists() and lines("skillos")):
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         assert time.monotonic() < deadline, "the first task did not end in 30 min"
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)   # no clean-up: run.json still says running, no summary
     proc.wait(timeout=30)
-    first = log.read_text().splitlines()[0]
+    first = lines("skillos")[0]
+    baseline_before = lines("none")
     assert json.loads((out / "run.json").read_text())["status"] == "running"
     repo = json.loads(first)["repo"]
     # what a kill between a task's curation and its record leaves: the repo ahead of its snapshot
@@ -231,15 +238,29 @@ def test_a_killed_run_resumes_from_its_last_finished_task(alfworld_stack, tmp_pa
                            "body": "- nothing"})
     # the next task may have been under way: the resume plays it again
 
-    resumed = skillos_run(["--resume", str(out)], state, out)
+    refused = skillos_run(["--resume", str(out), "--hold", "sapo"], state, out)
+    assert refused.returncode != 0 and "the run plays skillos, none" in " ".join((refused.stdout + refused.stderr).split())
+    resumed = skillos_run(["--resume", str(out), "--hold", "none"], state, out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     records = [TaskEntry.model_validate_json(p.read_text()) for p in sorted((out / "tasks").glob("skillos-*.json"))]
     assert [r.position for r in records] == [0, 1]
     assert record_from_entry(records[0]) == record_from_entry(TaskEntry.model_validate_json(first))  # kept, not replayed
+    assert lines("none") == baseline_before    # held: nothing of it played
     run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "done" and len(run["resumed_at"]) == 1 and run["config"]["run_id"] in repo
+    held = len(baseline_before) < 2
+    assert run["status"] == ("held" if held else "done") and len(run["resumed_at"]) == 1
+    assert run["config"]["run_id"] in repo
     assert "spoiled-after-the-snapshot" not in {s.name for s in repos.list_skills(repo)}
     assert (out / "summary.md").exists()
+    if held:
+        resumed = skillos_run(["--resume", str(out)], state, out)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert [json.loads(line)["position"] for line in lines("none")][:len(baseline_before)] == \
+            [json.loads(line)["position"] for line in baseline_before]
+        assert sorted({json.loads(line)["position"] for line in lines("none")}) == [0, 1]
+        assert len(lines("skillos")) == 2          # the finished stream is not played again
+        run = json.loads((out / "run.json").read_text())
+        assert run["status"] == "done" and len(run["resumed_at"]) == 2
     again = skillos_run(["--resume", str(out)], state, out)   # a finished run: nothing to play, folder untouched
     assert again.returncode != 0 and "nothing to resume" in " ".join((again.stdout + again.stderr).split())
     assert json.loads((out / "run.json").read_text()) == run
