@@ -316,6 +316,8 @@ def run(ctx: typer.Context,
                 stack.stop()
     console.print(RunFolder(folder).summary_md.read_text())
     console.print(f"report: {folder}")
+    if opts.hold:
+        console.print(f"held: {', '.join(opts.hold)}; `skillos run --resume {folder}` without --hold plays them on")
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -138,8 +139,9 @@ def describe_model(info: dict[str, Any]) -> str:
     return f"`{name}`" + (f" ({', '.join(bits)})" if bits else " (size unknown)")
 
 
-def in_short(methods: dict[str, Any]) -> str:
-    """The comparison in one honest sentence: games won of games played per method, and what N allows."""
+def in_short(methods: dict[str, Any], held: list[str] | None = None) -> str:
+    """The comparison in one honest sentence: games won of games played per method, and what N allows.
+    ``held``: methods held back (`--hold`) with tasks left: they played fewer tasks than the others."""
     parts, most = [], 0
     for name, m in methods.items():
         agg = m["aggregate"]
@@ -152,14 +154,16 @@ def in_short(methods: dict[str, Any]) -> str:
         return ""
     verdict = ("a smoke test: far too few episodes to tell methods apart (bench/RESULTS-learning.md has the "
                "paired comparisons)" if most < 30 else "paired statistics: `python -m bench.bench_learning analyze`")
-    return f"In short: {'; '.join(parts)}, on the same tasks and seeds; {verdict}."
+    same = ("on the same tasks and seeds" if not held else
+            f"{', '.join(held)} held back with tasks left (`--hold`): compare pairs, not these totals")
+    return f"In short: {'; '.join(parts)}, {same}; {verdict}."
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
     models = cfg.get("models") or {}
     methods = summary["methods"]
-    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", "", in_short(methods), ""]
+    lines = [f"# SkillOS run: {cfg.get('env')} / {cfg.get('split')}", "", in_short(methods, cfg.get("held")), ""]
     if models:
         lines += ["Models: " + "; ".join(f"{role} {describe_model(info)}" for role, info in models.items()) + ".",
                   ""]
@@ -233,10 +237,15 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method, mruns in by_method.items():
-        n = max(len(r.records) for r in mruns)
+        # up to each stream's first gap (a held stream may have finished later positions, not earlier ones)
+        played = [[x for i, x in enumerate(sorted(r.records, key=lambda x: x.position)) if x.position == i]
+                  for r in mruns]
+        n = max((len(p) for p in played), default=0)
+        if n == 0:
+            continue
         curve = []
         for i in range(n):
-            vals = [sum(x.success for x in r.records[: i + 1]) / (i + 1) for r in mruns if len(r.records) > i]
+            vals = [sum(x.success for x in p[: i + 1]) / (i + 1) for p in played if len(p) > i]
             curve.append(100 * sum(vals) / len(vals))
         ax.plot(range(1, n + 1), curve, marker="o", label=labels.get(method, method))
     ax.set_xlabel("task position in the stream")
@@ -320,6 +329,10 @@ class RunLog:
             self.tasks_path.write_text("")
         else:
             self._end_partial_line()
+            # a held run's finish wrote them; readers take them over tasks.jsonl, and they would go stale
+            shutil.rmtree(self.folder.tasks_dir, ignore_errors=True)
+            for stale in (self.folder.summary, self.folder.summary_md):
+                stale.unlink(missing_ok=True)
         self._write_state()
 
     def _end_partial_line(self) -> None:

@@ -304,7 +304,8 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
                   "params": {m: METHODS[m].Params(**opts.params.get(m, {})).model_dump(mode="json")
                              for m in opts.methods},
                   "models": models,
-                  "baseline_from": reuse_note or (previous.config.get("baseline_from") if previous else None)}
+                  "baseline_from": reuse_note or (previous.config.get("baseline_from") if previous else None),
+                  **({"held": list(opts.hold)} if opts.hold else {})}
         live = RunLog(out, config, total=len(tasks) * len(plans),
                       repos=[repo_name(run_id, m, s) for m, s in plans if METHODS[m].uses_repo], previous=previous)
         for record in reused:   # the run's own from now on: a resume, the report and the analysis read them

@@ -208,7 +208,7 @@ def test_an_overloaded_judge_defers_idle_trajectories_to_the_next_sweep(tmp_path
         try:
             held = await admission.enter("act")         # the executor busy: its one turn is taken
             await sweeps.sweep()
-            assert asked == ["task a"]                  # the first refusal ends this sweep's judging
+            assert len(asked) == 1                      # the first refusal ends this sweep's judging
             assert [store.get(t).status for t in ("a", "b")] == ["open", "open"]
             held.leave()
             await sweeps.sweep()
