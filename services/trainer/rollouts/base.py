@@ -14,6 +14,7 @@ from typing import Any
 
 from services.trainer.grpo.policy import GenerationBatcher, encode_prompt
 from services.trainer.grpo.sample import PolicySample
+from services.trainer.grpo.served import schema_of
 from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
 from skillos.methods.writer import PURPOSE
@@ -57,9 +58,13 @@ class PolicyLLM:
         # max_tokens is honoured below the trainer's max_response_tokens
         prompt_ids, truncated = encode_prompt(self.tokenizer, messages, self.max_prompt_tokens)
         self.truncated_prompts += truncated
-        constraint = self.grammars.for_response_format(response_format) if self.grammars else None
         start = time.perf_counter()
-        ids = await self.batcher.generate(prompt_ids, constraint, max_tokens)
+        if getattr(self.batcher, "applies_schema", False):   # llama-server's grammar (grpo/served.py)
+            constraint = None
+            ids = await self.batcher.generate(prompt_ids, schema_of(response_format), max_tokens)
+        else:
+            constraint = self.grammars.for_response_format(response_format) if self.grammars else None
+            ids = await self.batcher.generate(prompt_ids, constraint, max_tokens)
         stopped = False
         if stop and constraint is None:
             ids, stopped = cut_at_stop(self.tokenizer, ids, stop)
