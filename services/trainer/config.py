@@ -100,7 +100,7 @@ class SyncConfig(_Strict):
     llama_threads: int | None = Field(None, ge=1)   # llamacpp_lora: the server's threads (None: every core)
     # llamacpp_lora: the base the server multiplies: the GGUF as it is (fast; its quantized matmuls put the served
     # log-probs up to a few hundredths of a nat from the trainer's: samples slightly off-policy), or a copy
-    # dequantised to f16 / f32 (the trainer's own weights: within 4e-3 / 5e-4 nat; slower)
+    # dequantised to f16 / f32 (the trainer's own weights: within a few thousandths of a nat; slower)
     served_base: Literal["gguf", "f16", "f32"] = "gguf"
     vllm_url: str = "http://127.0.0.1:8000"
     adapter_name: str = "curator"              # vllm_lora: the model name the curator asks for

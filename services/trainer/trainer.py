@@ -31,7 +31,7 @@ from services.trainer.grpo import checkpoint
 from services.trainer.grpo.engine import build_engine, rank_world
 from services.trainer.grpo.lora_gguf import float_base_gguf
 from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy, resolve_model
-from services.trainer.grpo.served import ServedGenerator, ServedPolicy, eos_ids_of
+from services.trainer.grpo.served import ServedGenerator, ServedPolicy
 from services.trainer.grpo.sync import WeightSync
 from services.trainer.grpo.update import update_policy
 from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
@@ -142,6 +142,9 @@ class Trainer:
         if not gguf:
             raise ValueError(f"sync.backend=llamacpp_lora serves the policy's base GGUF: model.path {cfg.model.path!r} "
                              "is not a GGUF model (the packaged SmolLM2 or a name of `skillos models list`)")
+        if rank_world()[1] > 1:   # one server, started by the rank that pushes: the others would have none
+            raise ValueError("sync.backend=llamacpp_lora is the single-process CPU loop: run it with one rank "
+                             "(vllm_lora serves several)")
         base = Path(src) / gguf
         if cfg.sync.served_base != "gguf":   # beside the trainer's own dequantised copy of it
             base = float_base_gguf(base, self.out.parent / ".model-cache" / Path(cfg.model.path).name
@@ -175,13 +178,19 @@ class Trainer:
         if not inprocess:
             # the server must serve this policy from the first rollout on: it may hold the initial
             # weights, or after a resume weights pushed after the checkpoint
-            log.info("weights_pushed", step=step, seconds=round(_push_weights(sync, engine.module, tokenizer, step), 2))
+            try:
+                log.info("weights_pushed", step=step,
+                         seconds=round(_push_weights(sync, engine.module, tokenizer, step), 2))
+            except BaseException:
+                if served is not None:
+                    served.stop()
+                raise
         if inprocess:
             batcher = GenerationBatcher(engine.module, tokenizer, cfg.max_response_tokens, cfg.temperature,
                                         cfg.top_p, max_batch=max(1, cfg.rollout.max_concurrency))
         elif served is not None:   # the same rollouts, sampled by llama-server with the pushed adapter
-            batcher = ServedGenerator(served, eos_ids_of(tokenizer, engine.module), cfg.max_response_tokens,
-                                      cfg.temperature, cfg.top_p, seed=cfg.seed * 100_003 + step)
+            batcher = ServedGenerator(served, cfg.max_response_tokens, cfg.temperature, cfg.top_p,
+                                      seed=cfg.seed * 100_003 + step)
         else:
             batcher = None
         grammars = None
@@ -260,6 +269,7 @@ class Trainer:
         batch = batch[rank::world]
         t0 = time.perf_counter()
         gen_before = ctx.batcher.seconds if ctx.batcher else 0.0
+        at_limit_before = getattr(ctx.batcher, "at_limit", 0)
         engine.module.eval()
         results = await asyncio.gather(*(play(ctx, g, cfg.rollouts_per_group, step, cfg.rollout.retries,
                                               seed=cfg.seed * 100_003 + step) for g in batch))
@@ -280,6 +290,8 @@ class Trainer:
             "time": {"rollout_s": rollout_s, "update_s": update_s, "sync_s": sync_s,
                      "generate_s": (ctx.batcher.seconds - gen_before) if ctx.batcher else 0.0},
         }
+        if hasattr(ctx.batcher, "at_limit"):   # llama-server's samples cut at the token budget (grpo/served.py)
+            common["served"] = {"at_limit": ctx.batcher.at_limit - at_limit_before}
         if cfg.policy == "agent":
             return {**common,
                     "reward": {"outcome": _mean(r.outcome for r in rollouts)},

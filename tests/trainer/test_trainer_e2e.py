@@ -41,9 +41,9 @@ def stack(embedded_llm, tmp_path_factory):
             yield {**common, "SKILLOS_EXECUTOR_URL": executor.url, "SKILLOS_CURATOR_URL": curator.url}
 
 
-def _train(env: dict, out: Path, steps: int, log: Path) -> subprocess.Popen:
+def _train(env: dict, out: Path, steps: int, log: Path, sets: tuple[str, ...] = ()) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "skillos.cli", "train", "--config", str(CONFIG), "--output-dir", str(out),
-           "--steps", str(steps)]
+           "--steps", str(steps), *(x for s in sets for x in ("--set", s))]
     with open(log, "ab") as f:
         return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, **env, "SKILLOS_LOG_FORMAT": "json"})
@@ -106,3 +106,27 @@ def test_tiny_training_run_kill9_mid_step_and_resume(stack, tmp_path):
     assert latest.read_text().strip() == "step-000002"
     assert (out / "report.png").stat().st_size > 0
     assert any((out / "tensorboard").iterdir())
+
+
+def test_a_step_of_the_cpu_loop_samples_from_llama_server_with_the_pushed_adapter(stack, tmp_path):
+    """The tiny config with LoRA and ``sync.backend: llamacpp_lora``: the rollouts' curator decisions are sampled
+    by the trainer's llama-server (over SmolLM2's GGUF, with the adapter pushed before the step and after it), and
+    the step learns from them as from the in-process sampler's."""
+    out, log = tmp_path / "run", tmp_path / "train.log"
+    # llama.cpp's grammar does not close the JSON within the budget as the trainer's does: room for a call
+    proc = _train(stack, out, 1, log, ("model.lora=true", "sync.backend=llamacpp_lora", "max_response_tokens=512"))
+    assert proc.wait(timeout=2 * STEP_BUDGET_S) == 0, log.read_text()[-5000:]
+    row = _metrics(out)[0]
+    cfg = TrainConfig.from_yaml(CONFIG)
+    assert row["groups"]["dropped"] == 0, row["groups"]["dropped_reasons"]
+    assert row["update"]["sequences"] == cfg.groups_per_step * cfg.rollouts_per_group * cfg.data.group_size
+    assert row["signal"]["parse_rate"] > 0, row["signal"]          # llama.cpp's grammar held the schema
+    assert row["served"]["at_limit"] < row["update"]["sequences"], row["served"]
+    assert row["time"]["generate_s"] > 0 and row["time"]["sync_s"] > 0
+    if row["signal"]["groups_nonzero_std_frac"] > 0:                 # else GRPO has nothing to learn from
+        assert row["update"]["grad_norm"] > 0, row["update"]
+    adapters = sorted(p.name for p in (out / "served-weights").glob("step-*.gguf"))
+    assert adapters == ["step-000000.gguf", "step-000001.gguf"]     # before the first rollout, after the update
+    restarts = [json.loads(line) for line in log.read_text().splitlines()
+                if line.startswith("{") and "served_policy_restarted" in line]
+    assert [Path(r["adapter"]).name for r in restarts] == adapters

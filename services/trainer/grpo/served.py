@@ -3,16 +3,19 @@ the CPU loop's generator, in place of `GenerationBatcher`'s in-process ``generat
 
 llama-server batches the rollouts' requests across its slots and keeps each slot's prompt prefix, which torch
 ``generate`` does neither of; it loads adapters only at start (``--lora``; its ``/lora-adapters`` route sets the
-scales of adapters already loaded), so a push writes the new adapter as GGUF (`lora_gguf`) and starts a new
-server on it, then stops the old one. The base is the GGUF the trainer dequantised its own copy from, so
+scales of adapters already loaded), so a push writes the new adapter as GGUF (`lora_gguf`), stops the server
+and starts it again on the new one. The base is the GGUF the trainer dequantised its own copy from, so
 trainer and server hold the same base weights (llama.cpp multiplies them in their quantized form).
 
 `ServedGenerator.generate` takes prompt token ids, as the in-process batcher does, and sends them as ids to
 ``/completion``, so the sample's prompt is exactly what the loss scores; the completion's ids come back with
-``return_tokens``. Sampling is plain temperature / top-p like the trainer's (llama.cpp's other samplers are
-switched off). A JSON schema, when the caller asks for one, is applied by llama-server's grammar; the loss then
-takes the model's unconstrained log-probs (as TRL does with vLLM's guided decoding), since the trainer's own
-grammar could disagree with llama.cpp's about a token and give it no probability at all.
+``return_tokens`` (the end-of-generation token llama.cpp stopped on among them). Sampling is temperature then
+top-p, the trainer's order (no other llama.cpp sampler in the chain). A JSON schema, when the caller asks for
+one, is applied by llama-server's grammar; the loss then takes the model's unconstrained log-probs (as TRL does
+with vLLM's guided decoding), since the trainer's own grammar could disagree with llama.cpp's about a token and
+give it no probability at all. Unlike the trainer's grammar, llama.cpp's does not know the token budget: a
+schema-bound completion can be cut at the limit, unparseable (counted in ``at_limit``; give the curator's
+calls room with ``max_response_tokens``).
 """
 
 from __future__ import annotations
@@ -86,25 +89,27 @@ class ServedGenerator:
 
     applies_schema = True   # PolicyLLM hands it the schema itself; the sample carries no trainer-side constraint
 
-    def __init__(self, policy: ServedPolicy, eos_ids: list[int], max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, seed: int = 0, timeout_s: float = 3600.0):
-        """``eos_ids``: the ids that end a completion, the tokenizer's EOS first (`eos_ids_of`)."""
-        self.policy, self.eos_ids = policy, eos_ids
+    def __init__(self, policy: ServedPolicy, max_new_tokens: int, temperature: float, top_p: float = 1.0,
+                 seed: int = 0, timeout_s: float = 3600.0):
+        self.policy = policy
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self._rng = random.Random(seed)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
-        self.eos_appended = 0   # completions that ended on EOS without it among the returned ids
+        self.at_limit = 0       # completions cut at the token budget (under a schema: unparseable JSON)
         self.tokens_generated = 0
         self.seconds = 0.0      # as GenerationBatcher's: time with a generation under way (the step's generate_s)
         self._in_flight, self._busy_since = 0, 0.0
 
     async def generate(self, prompt_ids: list[int], schema: dict | None = None,
                        max_new_tokens: int | None = None) -> list[int]:
-        n = min(max_new_tokens or self.max_new_tokens, self.max_new_tokens)
+        # a schema's call gets the whole budget, as GenerationBatcher gives it (the caller's cap would cut the JSON)
+        n = self.max_new_tokens if schema is not None or not max_new_tokens \
+            else min(max_new_tokens, self.max_new_tokens)
         body = {"prompt": list(prompt_ids), "n_predict": n, "temperature": self.temperature, "top_p": self.top_p,
-                # only temperature and top-p, as the trainer samples and scores
-                "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0,
+                # HF's order (temperature, then top-p), and nothing else in the chain
+                "samplers": ["temperature", "top_p"], "top_k": 0, "min_p": 0.0, "typical_p": 1.0,
+                "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+                "xtc_probability": 0.0, "mirostat": 0,
                 "seed": self._rng.randrange(2**31), "cache_prompt": True, "return_tokens": True, "stream": False}
         if schema is not None:
             body["json_schema"] = schema
@@ -120,20 +125,14 @@ class ServedGenerator:
         if resp.status_code != 200:
             raise RuntimeError(f"llama-server /completion answered {resp.status_code}: {resp.text[:500]}")
         data = resp.json()
-        ids = [int(t) for t in data.get("tokens") or []]
-        if data.get("stop_type") == "eos" and not (ids and ids[-1] in self.eos_ids):
-            ids.append(self.eos_ids[0])   # the in-process sampler keeps the EOS it drew: the loss learns to stop
-            self.eos_appended += 1
+        if "tokens" not in data or (not data["tokens"] and data.get("content")):
+            raise RuntimeError("llama-server answered /completion without the completion's token ids "
+                               "(return_tokens): this llama-server cannot serve the training loop")
+        ids = [int(t) for t in data["tokens"]]   # ends with the EOG token it stopped on, as the trainer's samples
+        self.at_limit += data.get("stop_type") == "limit"
         self.tokens_generated += len(ids)
         return ids
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-
-def eos_ids_of(tokenizer, model=None) -> list[int]:
-    """The ids that end a completion: the tokenizer's EOS first, then the generation config's."""
-    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    extra = list(extra) if isinstance(extra, (list, tuple)) else [extra]
-    return list(dict.fromkeys(i for i in [tokenizer.eos_token_id, *extra] if i is not None))
 

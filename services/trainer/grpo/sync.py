@@ -141,13 +141,15 @@ class WeightSync:
         path = write_adapter_gguf(model, self.served.base_gguf, self.weights_dir / f"step-{step:06d}.gguf",
                                   {k: v for k, v in state.items() if _is_adapter(k)} if state is not None else None)
         t1 = time.perf_counter()
+        before = self.served.adapter
         try:
             self.served.restart(path)
         except Exception as e:
             raise WeightSyncError(f"llama-server did not come up with the adapter {path}: {e}") from e
         self.last = {"save_s": t1 - t0, "http_s": time.perf_counter() - t1}
-        for old in sorted(self.weights_dir.glob("step-*.gguf"))[:-KEEP_ADAPTERS]:
-            old.unlink(missing_ok=True)
+        for old in self.weights_dir.glob("step-*.gguf"):   # by what was served, not by name (a resume goes back)
+            if old not in (path, before):
+                old.unlink(missing_ok=True)
 
     def _push_full(self, model, tokenizer, state: dict | None) -> None:
         t0 = time.perf_counter()
