@@ -52,7 +52,7 @@ def curator_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        turns = [{"observation": f"You arrive at {a.split(' ')[-2]} {a.split(' ')[-1]}. On it, you see a mug {i}.",
+        turns = [{"observation": f"After '{a}': on the countertop 1, you see a mug {i} and a spoon 1.",
                   "thought": f"I should {a} next.", "action": a} for a in rng.sample(ACTIONS, rng.randint(3, 8))]
         trajectory = {"task": f"heat some mug and put it in coffeemachine (variant {i})", "env": "alfworld",
                       "turns": turns}
