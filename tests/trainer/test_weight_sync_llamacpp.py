@@ -25,6 +25,7 @@ from services.trainer.grpo.lora_gguf import LoraExportError, float_base_gguf, wr
 from services.trainer.grpo.policy import apply_lora, encode_prompt, load_policy, resolve_model
 from services.trainer.grpo.served import ServedGenerator, ServedPolicy
 from services.trainer.grpo.sync import WeightSync
+from tests.trainer.served_logprobs import moved, smollm2_copy, trainer_side
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -32,12 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 # q/k layout 0.27; the adapters below move log-probs by more than 5 TOL
 TOL = 5e-3
 
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "smollm2"
-    load_policy(cache_dir=path)                       # GGUF -> HF safetensors, once
-    return path
+    return smollm2_copy(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +64,6 @@ def served(float_base, tmp_path):
     policy.stop()
 
 
-@torch.no_grad()
-def trainer_side(model, ids: list[int]) -> torch.Tensor:
-    model.eval()
-    return model(input_ids=torch.tensor([ids])).logits[0, -1].float().log_softmax(-1)
-
-
 def greedy(url: str, ids: list[int]) -> tuple[int, float]:
     """The server's greedy next token for the prompt ids and its log-prob."""
     r = httpx.post(url + "/completion", json={"prompt": ids, "n_predict": 1, "temperature": 0, "n_probs": 1,
@@ -90,10 +82,6 @@ def assert_matches(url: str, model, prompts) -> list[float]:
         assert float(want[token]) >= float(want.max()) - TOL, f"served token {token} is not the trainer's argmax"
         got.append(logprob)
     return got
-
-
-def moved(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b))
 
 
 def test_llama_server_serves_each_pushed_adapter_as_the_trainer_computes_it(served, cache, tok, prompts, tmp_path):

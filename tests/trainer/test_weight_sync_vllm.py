@@ -19,6 +19,7 @@ from harness.vllm_cpu import SERVED_NAME, VLLMServer, vllm_python
 from services.trainer.config import SyncConfig, TrainConfig
 from services.trainer.grpo.policy import apply_lora, encode_prompt, load_policy
 from services.trainer.grpo.sync import WeightSync, WeightSyncError
+from tests.trainer.served_logprobs import moved, smollm2_copy, trainer_side
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,12 +33,9 @@ pytestmark = [
 TOL = 2e-3
 ADAPTER = "curator"
 
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "smollm2"
-    load_policy(cache_dir=path)                       # GGUF -> HF safetensors, once
-    return path
+    return smollm2_copy(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +65,6 @@ def served(cache, tok, tmp_path_factory):
         yield server, weights
 
 
-@torch.no_grad()
-def trainer_side(model, ids: list[int]) -> torch.Tensor:
-    model.eval()
-    return model(input_ids=torch.tensor([ids])).logits[0, -1].float().log_softmax(-1)
-
-
 def assert_matches(server, name: str, model, prompts) -> list[float]:
     """The server's greedy token is the trainer-side argmax and their log-probs agree; returns them."""
     got = []
@@ -83,10 +75,6 @@ def assert_matches(server, name: str, model, prompts) -> list[float]:
         assert float(want[token]) >= float(want.max()) - TOL, f"{name}: served token {token} is not the argmax"
         got.append(logprob)
     return got
-
-
-def moved(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b))
 
 
 def test_vllm_full_serves_the_weights_of_a_real_update(served, cache, tok, prompts, tmp_path):

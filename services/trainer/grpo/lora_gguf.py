@@ -110,12 +110,7 @@ def write_adapter_gguf(model, base_gguf: Path, path: Path, state: dict[str, torc
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config.lora_alpha))
     for name, data in tensors.items():
         writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 FLOAT_TYPES = {"f32": (np.float32, gguf.LlamaFileType.ALL_F32), "f16": (np.float16, gguf.LlamaFileType.MOSTLY_F16)}
@@ -145,6 +140,11 @@ def float_base_gguf(base_gguf: Path, path: Path, dtype: str = "f32") -> Path:
     for t in reader.tensors:
         data = gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
         writer.add_tensor(t.name, data.astype(np_type if data.ndim > 1 else np.float32))
+    return _finish(writer, tmp, path)
+
+
+def _finish(writer: gguf.GGUFWriter, tmp: Path, path: Path) -> Path:
+    """Write out what ``writer`` holds into ``tmp``, then rename it into place: a reader never sees a torn file."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
