@@ -246,6 +246,16 @@ class SchemaConstraint:
         return torch.stack(rows) if rows else torch.zeros((0, self.vocab.size), dtype=torch.bool)
 
 
+def schema_of(response_format: dict | None) -> dict | None:
+    """The JSON schema of an OpenAI (``json_schema``) or llama.cpp (``json_object`` + schema) response_format."""
+    if not response_format:
+        return None
+    schema = response_format.get("schema")
+    if schema is None and isinstance(response_format.get("json_schema"), dict):
+        schema = response_format["json_schema"].get("schema")
+    return schema
+
+
 class GrammarCache:
     """One vocabulary per tokenizer; one `SchemaConstraint` per schema, the `max_schemas` most recently
     used kept (the curator asks for one schema per run; an agent's action schema changes every turn
@@ -260,11 +270,7 @@ class GrammarCache:
 
     def for_response_format(self, response_format: dict[str, Any] | None) -> SchemaConstraint | None:
         """The constraint of an OpenAI (`json_schema`) or llama.cpp (`json_object` + schema) request."""
-        if not response_format:
-            return None
-        schema = response_format.get("schema")
-        if schema is None and isinstance(response_format.get("json_schema"), dict):
-            schema = response_format["json_schema"].get("schema")
+        schema = schema_of(response_format)
         if schema is None:
             return None
         key = json.dumps(schema, sort_keys=True)

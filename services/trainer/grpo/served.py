@@ -74,16 +74,6 @@ class ServedPolicy:
             self.server = None
 
 
-def schema_of(response_format: dict | None) -> dict | None:
-    """The JSON schema of an OpenAI (``json_schema``) or llama.cpp (``json_object`` + schema) response_format."""
-    if not response_format:
-        return None
-    schema = response_format.get("schema")
-    if schema is None and isinstance(response_format.get("json_schema"), dict):
-        schema = response_format["json_schema"].get("schema")
-    return schema
-
-
 class ServedGenerator:
     """`GenerationBatcher`'s ``generate`` over llama-server: prompt ids in, completion ids out (EOS kept)."""
 

@@ -12,9 +12,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.trainer.decoding.constrained import schema_of
 from services.trainer.grpo.policy import GenerationBatcher, encode_prompt
 from services.trainer.grpo.sample import PolicySample
-from services.trainer.grpo.served import schema_of
 from skillos.llm.client import ChatResult, Usage
 from skillos.logging import get_logger
 from skillos.methods.writer import PURPOSE
