@@ -8,6 +8,18 @@ import sys
 import structlog
 
 
+class _CurrentStderr:
+    """Writes to `sys.stderr` as it is at each write, not as it was when logging was configured: whoever
+    swaps the stream later (pytest's capture, a daemon redirecting its output) would otherwise leave every
+    cached logger writing to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     renderer = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -22,11 +34,11 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=True,
     )
     # libraries that log through stdlib logging go through the same renderer
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer], foreign_pre_chain=shared)

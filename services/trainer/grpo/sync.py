@@ -47,6 +47,7 @@ from safetensors.torch import save_file
 
 from services.trainer.config import SyncConfig
 from services.trainer.grpo.engine import rank_world
+from services.trainer.grpo.lora_gguf import write_adapter_gguf
 from services.trainer.grpo.zero3 import gathered_state_dict, is_zero3
 
 KEEP_ADAPTERS = 2   # step dirs kept: vLLM re-reads the current one if its LRU cache evicted it
@@ -135,8 +136,6 @@ class WeightSync:
             shutil.rmtree(p, ignore_errors=True)
 
     def _push_llamacpp(self, model, step: int, state: dict | None) -> None:
-        from services.trainer.grpo.lora_gguf import write_adapter_gguf
-
         t0 = time.perf_counter()
         path = write_adapter_gguf(model, self.served.base_gguf, self.weights_dir / f"step-{step:06d}.gguf",
                                   {k: v for k, v in state.items() if _is_adapter(k)} if state is not None else None)
