@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from services.trainer.grpo.policy import load_policy
+
 
 @torch.no_grad()
 def trainer_side(model, ids: list[int]) -> torch.Tensor:
@@ -17,8 +19,6 @@ def moved(a: list[float], b: list[float]) -> float:
 
 def smollm2_copy(tmp_path_factory):
     """SmolLM2 converted once (GGUF -> HF safetensors) into a fresh folder; the test modules' ``cache`` fixture."""
-    from services.trainer.grpo.policy import load_policy
-
     path = tmp_path_factory.mktemp("model") / "smollm2"
     load_policy(cache_dir=path)
     return path

@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 # q/k layout 0.27; the adapters below move log-probs by more than 5 TOL
 TOL = 5e-3
 
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     return smollm2_copy(tmp_path_factory)

@@ -33,6 +33,7 @@ pytestmark = [
 TOL = 2e-3
 ADAPTER = "curator"
 
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     return smollm2_copy(tmp_path_factory)
