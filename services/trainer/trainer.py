@@ -28,7 +28,7 @@ from services.trainer.grouping.agentic import group_by_type
 from services.trainer.grouping.families import group_by_family
 from services.trainer.grouping.io import read_groups
 from services.trainer.grpo import checkpoint
-from services.trainer.grpo.engine import build_engine, rank_world
+from services.trainer.grpo.engine import build_engine, close_distributed, rank_world
 from services.trainer.grpo.lora_gguf import float_base_gguf
 from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy, resolve_model
 from services.trainer.grpo.served import ServedGenerator, ServedPolicy
@@ -154,7 +154,10 @@ class Trainer:
                             threads=cfg.sync.llama_threads, seed=cfg.seed)
 
     def run(self) -> dict[str, Any]:
-        return asyncio.run(self._run())
+        try:
+            return asyncio.run(self._run())
+        finally:
+            close_distributed()
 
     async def _run(self) -> dict[str, Any]:
         cfg, s = self.cfg, self.settings

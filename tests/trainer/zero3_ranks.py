@@ -30,7 +30,7 @@ def main(cache: Path, out: Path) -> None:
     from safetensors.torch import load_file
 
     from services.trainer.config import SyncConfig, TrainConfig
-    from services.trainer.grpo.engine import build_engine
+    from services.trainer.grpo.engine import build_engine, close_distributed
     from services.trainer.grpo.policy import load_policy
     from services.trainer.grpo.sync import WeightSync
     from tests.trainer.test_weight_sync_zero3 import one_step, stub_server
@@ -67,6 +67,7 @@ def main(cache: Path, out: Path) -> None:
     _say(f"refused push: {report.get('error')}")
     torch.distributed.barrier()      # both ranks are still in step: no collective was left dangling
     (out / f"rank-{rank}.json").write_text(json.dumps(report, indent=2))
+    close_distributed()              # as the trainer does: no gloo group left to the exit-time destructors
 
 
 if __name__ == "__main__":

@@ -112,6 +112,14 @@ def grad_norm(engine, fallback: float | None = None) -> float:
     return float(norm.item() if hasattr(norm, "item") else norm)
 
 
+def close_distributed() -> None:
+    """Tear the process group down before the interpreter exits: a gloo group left to the C++
+    destructors at exit can abort the rank ("terminate called without an active exception",
+    SIGABRT), which torchrun then reports as a failed run though every step had finished."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def rank_world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
