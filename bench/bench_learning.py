@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from harness.stats import paired
+from skillos.acting.state import needed_change, object_class, task_words
 from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +120,40 @@ def _usage_line(method: str, records: list[dict]) -> str:
             f" (max {max(sizes) if sizes else '–'}); op mix {dict(sorted(mix.items()))}.")
 
 
+# what the env answers when a change is made ("You cool the apple 1 using the fridge 1.")
+_CHANGED = re.compile(r"^you (heat|cool|clean) the (.+?) using the ", re.IGNORECASE)
+
+
+def alfworld_steps(record: dict) -> tuple[bool, bool | None]:
+    """(the task's object taken, the change the task asks for made to it: None for a task that asks
+    none), read off the episode's actions and observations: whether the executor carried out the steps
+    a procedure for its task type would give it, skill or no skill (the "used" measure only sees a
+    skill's name in the completion)."""
+    words = task_words(record.get("instruction") or "")
+    change = needed_change(record.get("instruction") or "")
+    took, changed = False, False
+    for t in record.get("turns") or []:
+        a = (t.get("action") or "").strip().lower()
+        if a.startswith("take ") and object_class(a.split(" from ")[0][5:]) in words:
+            took = True
+        m = _CHANGED.match((t.get("observation") or "").strip())
+        if change and m and f"{m.group(1).lower()}ed" == change and object_class(m.group(2).lower()) in words:
+            changed = True
+    return took, (changed if change else None)
+
+
+def _steps_line(method: str, records: list[dict]) -> str:
+    """ALFWorld: how often an arm's episodes took the task's object and made the change it asks for."""
+    steps = [(r, *alfworld_steps(r)) for r in records]
+    took = sum(t for _, t, _ in steps)
+    asks = [(r, c) for r, _, c in steps if c is not None]
+    made = [r for r, c in asks if c]
+    return (f"{method}: the task's object taken in {took} of {len(records)} episodes "
+            f"({pct(took, len(records))} %); the change its task asks for (clean / heat / cool) made in "
+            f"{len(made)} of {len(asks)} ({pct(len(made), len(asks))} %), success when made "
+            f"{pct(sum(bool(r['success']) for r in made), len(made))} %.")
+
+
 def _last_sizes(records: list[dict]) -> list[int]:
     """The repo size after the last task of each stream (one repo per (seed, stream))."""
     last: dict[str, tuple[int, int]] = {}
@@ -200,6 +236,10 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     if usage:
         lines += ["", usage]
     records_b = [r for seed in seeds for r in recs[method_b][seed].values()]
+    if env == "alfworld":   # over the pairs only, both arms alike
+        paired_ids = {seed: set(recs[method_a][seed]) & set(recs[method_b][seed]) for seed in seeds}
+        lines += [""] + [_steps_line(m, [r for seed in seeds for tid, r in recs[m][seed].items()
+                                          if tid in paired_ids[seed]]) for m in (method_a, method_b)]
     origins = Counter((r.get("method_info") or {}).get("reused_from") for r in records_b)
     origins.pop(None, None)
     if origins:   # `skillos run --baseline-from`: episodes of an earlier run with the same executor settings
