@@ -120,23 +120,31 @@ def _usage_line(method: str, records: list[dict]) -> str:
             f" (max {max(sizes) if sizes else '–'}); op mix {dict(sorted(mix.items()))}.")
 
 
-# what the env answers when a change is made ("You cool the apple 1 using the fridge 1.")
+# what the env answers when a change is made ("You cool the apple 1 using the fridge 1."), and the action itself
 _CHANGED = re.compile(r"^you (heat|cool|clean) the (.+?) using the ", re.IGNORECASE)
+_CHANGE_ACTION = re.compile(r"^(heat|cool|clean) (.+?) with ")
 
 
 def alfworld_steps(record: dict) -> tuple[bool, bool | None]:
     """(the task's object taken, the change the task asks for made to it: None for a task that asks
     none), read off the episode's actions and observations: whether the executor carried out the steps
     a procedure for its task type would give it, skill or no skill (the "used" measure only sees a
-    skill's name in the completion)."""
+    skill's name in the completion).
+
+    A turn's observation is what the agent saw before its action, so the last action's result is never
+    recorded: a change made on the last turn is read from the action itself when it was a valid one, and
+    "taken" counts a take of the task's object as written (every take whose result is recorded succeeded)."""
     words = task_words(record.get("instruction") or "")
     change = needed_change(record.get("instruction") or "")
+    turns = record.get("turns") or []
     took, changed = False, False
-    for t in record.get("turns") or []:
+    for i, t in enumerate(turns):
         a = (t.get("action") or "").strip().lower()
         if a.startswith("take ") and object_class(a.split(" from ")[0][5:]) in words:
             took = True
         m = _CHANGED.match((t.get("observation") or "").strip())
+        if i == len(turns) - 1 and t.get("valid"):
+            m = m or _CHANGE_ACTION.match(a)
         if change and m and f"{m.group(1).lower()}ed" == change and object_class(m.group(2).lower()) in words:
             changed = True
     return took, (changed if change else None)
