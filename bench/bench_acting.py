@@ -30,6 +30,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bench.bench_learning import alfworld_steps
 from harness.stats import paired
 from skillos.protocol.runs import read_tasks, to_dict
 
@@ -63,8 +64,6 @@ def behaviour(records: list[dict]) -> dict[str, float]:
     for r in records:
         seen: set[str] = set()
         visited: set[str] = set()
-        words = set(re.findall(r"[a-z]+", (r.get("instruction") or "").lower()))
-        took = False
         for t in r.get("turns") or []:
             a = (t.get("action") or "").strip().lower()
             turns += 1
@@ -73,10 +72,8 @@ def behaviour(records: list[dict]) -> dict[str, float]:
             seen.add(a)
             if a.startswith("go to "):
                 visited.add(a[6:])
-            if a.startswith("take ") and a.split(" from ")[0][5:].rsplit(" ", 1)[0] in words:
-                took = True
         places.append(len(visited))
-        took_target.append(took)
+        took_target.append(alfworld_steps(r)[0])
     n = max(1, len(records))
     return {"look_pct": 100 * looks / max(1, turns), "repeat_pct": 100 * repeats / max(1, turns),
             "places": sum(places) / n, "took_pct": 100 * sum(took_target) / n}
