@@ -13,6 +13,11 @@
     .venv/bin/python -m bench.bench_learning curation --env reasoning --split valid --per-type 25 --seeds 1 \
         --task-type letter_counting,spell_backward,number_sorting,gsm_symbolic --stream-per-type \
         --concurrency 1 --oracle-judge
+    # the same at 75 problems per family (300 per arm), gold beside SkillOS-base in each family's process;
+    # started again, it carries each family's folder on from where it stopped (`skillos run --resume`)
+    .venv/bin/python -m bench.bench_learning curation --env reasoning --split valid --per-type 75 --seeds 1 \
+        --task-type letter_counting,spell_backward,number_sorting,gsm_symbolic --stream-per-type \
+        --method skillos,gold --param gold.k=1 --concurrency 1 --oracle-judge --out bench/evidence/reasoning-valid-300
 
 `curation` runs `skillos run` (its stack, or the one already up) with both methods and then `analyze`.
 `analyze` pairs the per-task records by (seed, task) and reports, per seed and pooled: success rate
@@ -274,8 +279,23 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     return text
 
 
-def curation(args) -> None:
-    out = Path(args.out or f"runs/learning/curation-{args.env}")
+def resumed(run: list[str]) -> list[str] | None:
+    """The command that carries ``run`` (a `skillos run ... --out FOLDER`) on from where its folder stands: itself
+    where the folder holds no run yet, ``skillos run --resume FOLDER`` where a run there stopped (a machine without
+    the completion cache that once replayed it), None where the run there has finished."""
+    folder = Path(run[run.index("--out") + 1])
+    state = read_json(RunFolder(folder).run_state, RunState)
+    if state is None:
+        return run
+    if state.status == "done":
+        print(f"# {folder}: finished earlier, not played again", flush=True)
+        return None
+    return run[:run.index("run") + 1] + ["--resume", str(folder)]
+
+
+def curation_runs(args, out: Path) -> list[list[str]]:
+    """The `skillos run` commands `curation` starts: one with the methods and No Memory, or with
+    ``--stream-per-type`` one per task type for the methods and one per type for No Memory."""
     cmd = [sys.executable, "-m", "skillos.cli", "run", "--env", args.env, "--method", args.method, "--baseline",
            "--seeds", str(args.seeds), "--max-turns", str(args.max_turns), "--concurrency", str(args.concurrency),
            "--order", "grouped"]
@@ -291,38 +311,45 @@ def curation(args) -> None:
         cmd += ["--param", pair]
     for pair in args.acting or []:
         cmd += ["--acting", pair]
+    if not args.stream_per_type:
+        return [cmd + (["--task-type", args.task_type] if args.task_type else []) + ["--out", str(out)]]
+    # one stream (and one repo) per task type, played side by side: a memory method plays its stream
+    # one task after another, so one stream keeps one of the server's slots busy; the types' streams
+    # fill the others. Each type's repo sees only its own type's experience.
+    types = [t.strip() for t in (args.task_type or "").split(",") if t.strip()]
+    if not types:
+        raise SystemExit("--stream-per-type needs --task-type with the types, comma-separated")
+    # the baseline in a process of its own per type, so that pairs grow as both play (a run ended
+    # early still pairs every task its slower memory stream reached)
+    alone = [a if a != "--baseline" else "--no-baseline" for a in cmd]
+    base = [a for i, a in enumerate(alone)   # No Memory has no parameters: the methods' are not its
+            if a != "--param" and (i == 0 or alone[i - 1] != "--param")]
+    base[base.index("--method") + 1] = "none"
+    return ([alone + ["--task-type", t, "--out", str(out / t)] for t in types]
+            + [base + ["--task-type", t, "--out", str(out / f"none-{t}")] for t in types])
+
+
+def curation(args) -> None:
+    out = Path(args.out or f"runs/learning/curation-{args.env}")
     env = dict(os.environ)
-    # every completion kept: the same command started again resumes, and No Memory's episodes are shared
-    # with any other comparison that asks for them (skillos.llm.cache)
+    # every completion kept, so No Memory's episodes are shared with any other comparison that asks for them
+    # (skillos.llm.cache); the same command started again carries each folder's run on (`resumed`)
     env.setdefault("SKILLOS_LLM_CACHE", str(Path("~/.cache/skillos/llm-cache.sqlite").expanduser()))
-    if args.stream_per_type:
-        # one stream (and one repo) per task type, played side by side: a memory method plays its stream
-        # one task after another, so one stream keeps one of the server's slots busy; the types' streams
-        # fill the others. Each type's repo sees only its own type's experience.
-        types = [t.strip() for t in (args.task_type or "").split(",") if t.strip()]
-        if not types:
-            raise SystemExit("--stream-per-type needs --task-type with the types, comma-separated")
-        # the baseline in a process of its own per type, so that pairs grow as both play (a run ended
-        # early still pairs every task its slower memory stream reached)
-        alone = [a if a != "--baseline" else "--no-baseline" for a in cmd]
-        runs = [alone + ["--task-type", t, "--out", str(out / t)] for t in types]
-        base = list(alone)
-        base[base.index("--method") + 1] = "none"
-        runs += [base + ["--task-type", t, "--out", str(out / f"none-{t}")] for t in types]
-    else:
-        runs = [cmd + (["--task-type", args.task_type] if args.task_type else []) + ["--out", str(out)]]
     procs = []
-    for run in runs:
+    for run in curation_runs(args, out):
+        run = resumed(run)
+        if run is None:
+            continue
         print("$ " + " ".join(run[2:]), flush=True)
         procs.append(subprocess.Popen(run, cwd=ROOT, env=env))
-    failed = [" ".join(run[2:]) for run, proc in zip(runs, procs, strict=True) if proc.wait() != 0]
+    failed = [" ".join(proc.args[2:]) for proc in procs if proc.wait() != 0]
     if failed:
         raise SystemExit("failed: " + "; ".join(failed))
     for method in args.method.split(","):
         print(analyze(out, method.strip(), "none"))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("curation", help="SkillOS-base vs No Memory on the same stream")
@@ -347,7 +374,11 @@ def main() -> None:
                    "a --stream-per-type comparison) pooled into one comparison")
     a.add_argument("--a", default="skillos")
     a.add_argument("--b", default="none")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.cmd == "curation":
         curation(args)
     else:

@@ -1,0 +1,57 @@
+"""bench_learning curation started again carries each of its run folders on: a fresh folder starts, a stopped
+run resumes from its folder (no completion cache needed), a finished one is left alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.bench_learning import resumed
+
+RUN = ["python", "-m", "skillos.cli", "run", "--env", "reasoning", "--method", "skillos,gold", "--no-baseline",
+       "--per-type", "75", "--task-type", "gsm_symbolic"]
+
+
+def _folder(tmp_path: Path, status: str | None) -> Path:
+    folder = tmp_path / "gsm_symbolic"
+    if status:
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"status": status, "config": {"run_id": "run-x"}}))
+    return folder
+
+
+def test_a_folder_without_a_run_gets_the_command_itself(tmp_path):
+    folder = _folder(tmp_path, None)
+    assert resumed(RUN + ["--out", str(folder)]) == RUN + ["--out", str(folder)]
+
+
+def test_a_stopped_run_is_resumed_from_its_folder(tmp_path):
+    for status in ("failed", "running", "held"):
+        folder = _folder(tmp_path, status)
+        assert resumed(RUN + ["--out", str(folder)]) == ["python", "-m", "skillos.cli", "run", "--resume", str(folder)]
+        (folder / "run.json").unlink()
+        folder.rmdir()
+
+
+def test_a_finished_run_is_not_played_again(tmp_path):
+    folder = _folder(tmp_path, "done")
+    assert resumed(RUN + ["--out", str(folder)]) is None
+
+
+def test_stream_per_type_gives_the_baseline_no_method_parameters(tmp_path):
+    """gold beside SkillOS-base in each type's process; No Memory's processes must not get `--param gold.k=1`
+    (`skillos run` refuses a parameter of a method it does not play)."""
+    from bench.bench_learning import curation_runs, parser
+
+    args = parser().parse_args(["curation", "--env", "reasoning", "--split", "valid", "--per-type", "75",
+                                "--task-type", "gsm_symbolic,chain_sum", "--stream-per-type", "--method",
+                                "skillos,gold", "--param", "gold.k=1", "--oracle-judge"])
+    runs = curation_runs(args, tmp_path)
+    assert [r[r.index("--out") + 1] for r in runs] == [str(tmp_path / t) for t in
+                                                       ("gsm_symbolic", "chain_sum", "none-gsm_symbolic",
+                                                        "none-chain_sum")]
+    methods = [r[r.index("--method") + 1] for r in runs]
+    assert methods == ["skillos,gold", "skillos,gold", "none", "none"]
+    assert all("--no-baseline" in r and "--oracle-judge" in r for r in runs)
+    assert [r.count("gold.k=1") for r in runs] == [1, 1, 0, 0]
+    assert all("--param" not in r for r in runs[2:])
