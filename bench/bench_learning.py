@@ -279,18 +279,40 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     return text
 
 
+def _flag(run: list[str], name: str) -> str | None:
+    return run[run.index(name) + 1] if name in run else None
+
+
 def resumed(run: list[str]) -> list[str] | None:
     """The command that carries ``run`` (a `skillos run ... --out FOLDER`) on from where its folder stands: itself
     where the folder holds no run yet, ``skillos run --resume FOLDER`` where a run there stopped (a machine without
-    the completion cache that once replayed it), None where the run there has finished."""
-    folder = Path(run[run.index("--out") + 1])
+    the completion cache that once replayed it), None where the run there has finished. A folder whose run was
+    asked for other tasks or arms (env, split, types, tasks per type, methods, turns, judge) is refused: carrying
+    it on, or skipping it as finished, would report that run as this one."""
+    folder = Path(_flag(run, "--out"))
+    if not folder.is_absolute():   # the commands run in ROOT (`curation`)
+        folder = ROOT / folder
+    if not RunFolder(folder).run_state.exists():
+        return run
     state = read_json(RunFolder(folder).run_state, RunState)
     if state is None:
-        return run
+        raise SystemExit(f"{folder}: its run.json cannot be read; move the folder aside or pass another --out")
+    c = state.config
+    methods = [m for m in _flag(run, "--method").split(",") if m] + (["none"] if "--baseline" in run else [])
+    per_type = _flag(run, "--per-type")
+    asked = {"env": _flag(run, "--env"), "split": _flag(run, "--split") or c.get("split"),
+             "task_type": _flag(run, "--task-type"), "per_type": int(per_type) if per_type else None,
+             "methods": sorted(set(methods)), "max_turns": int(_flag(run, "--max-turns")),
+             "self_judge": "--oracle-judge" not in run}
+    held = {**{k: c.get(k) for k in asked}, "methods": sorted(set(c.get("methods") or []))}
+    differ = [f"{k} {held[k]!r} there, {v!r} asked" for k, v in asked.items() if held[k] != v]
+    if differ:
+        raise SystemExit(f"{folder} holds a run of other options ({'; '.join(differ)}): pass another --out "
+                         "(a larger --per-type is a new run)")
     if state.status == "done":
         print(f"# {folder}: finished earlier, not played again", flush=True)
         return None
-    return run[:run.index("run") + 1] + ["--resume", str(folder)]
+    return run[:run.index("run") + 1] + ["--resume", str(folder), "--concurrency", _flag(run, "--concurrency")]
 
 
 def curation_runs(args, out: Path) -> list[list[str]]:

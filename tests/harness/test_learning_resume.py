@@ -6,17 +6,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.bench_learning import resumed
 
 RUN = ["python", "-m", "skillos.cli", "run", "--env", "reasoning", "--method", "skillos,gold", "--no-baseline",
-       "--per-type", "75", "--task-type", "gsm_symbolic"]
+       "--seeds", "1", "--max-turns", "20", "--concurrency", "1", "--split", "valid", "--per-type", "75",
+       "--oracle-judge", "--task-type", "gsm_symbolic"]
+CONFIG = {"run_id": "run-x", "env": "reasoning", "split": "valid", "task_type": "gsm_symbolic", "per_type": 75,
+          "methods": ["skillos", "gold"], "max_turns": 20, "self_judge": False}
 
 
-def _folder(tmp_path: Path, status: str | None) -> Path:
+def _folder(tmp_path: Path, status: str | None, **config) -> Path:
     folder = tmp_path / "gsm_symbolic"
     if status:
-        folder.mkdir()
-        (folder / "run.json").write_text(json.dumps({"status": status, "config": {"run_id": "run-x"}}))
+        folder.mkdir(exist_ok=True)
+        (folder / "run.json").write_text(json.dumps({"status": status, "config": {**CONFIG, **config}}))
     return folder
 
 
@@ -28,7 +33,8 @@ def test_a_folder_without_a_run_gets_the_command_itself(tmp_path):
 def test_a_stopped_run_is_resumed_from_its_folder(tmp_path):
     for status in ("failed", "running", "held"):
         folder = _folder(tmp_path, status)
-        assert resumed(RUN + ["--out", str(folder)]) == ["python", "-m", "skillos.cli", "run", "--resume", str(folder)]
+        assert resumed(RUN + ["--out", str(folder)]) == ["python", "-m", "skillos.cli", "run", "--resume", str(folder),
+                                                         "--concurrency", "1"]
         (folder / "run.json").unlink()
         folder.rmdir()
 
@@ -36,6 +42,24 @@ def test_a_stopped_run_is_resumed_from_its_folder(tmp_path):
 def test_a_finished_run_is_not_played_again(tmp_path):
     folder = _folder(tmp_path, "done")
     assert resumed(RUN + ["--out", str(folder)]) is None
+
+
+def test_a_run_of_other_options_is_refused_not_reported_as_this_one(tmp_path):
+    """the 25-per-family run in the folder must not stand for the 75 asked, finished or not"""
+    for status in ("done", "failed"):
+        folder = _folder(tmp_path, status, per_type=25)
+        with pytest.raises(SystemExit, match="per_type 25 there, 75 asked"):
+            resumed(RUN + ["--out", str(folder)])
+    folder = _folder(tmp_path, "failed", methods=["skillos"])
+    with pytest.raises(SystemExit, match="methods"):
+        resumed(RUN + ["--out", str(folder)])
+
+
+def test_an_unreadable_run_json_is_refused_not_overwritten(tmp_path):
+    folder = _folder(tmp_path, "failed")
+    (folder / "run.json").write_text('{"status": "exploded"}')
+    with pytest.raises(SystemExit, match="cannot be read"):
+        resumed(RUN + ["--out", str(folder)])
 
 
 def test_stream_per_type_gives_the_baseline_no_method_parameters(tmp_path):
