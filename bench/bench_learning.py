@@ -38,7 +38,7 @@ from pathlib import Path
 
 from harness.stats import paired
 from skillos.acting.state import needed_change, object_class, task_words
-from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
+from skillos.protocol.runs import RUN_STATE, RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -296,7 +296,7 @@ def resumed(run: list[str]) -> list[str] | None:
         return run
     state = read_json(RunFolder(folder).run_state, RunState)
     if state is None:
-        raise SystemExit(f"{folder}: its run.json cannot be read; move the folder aside or pass another --out")
+        raise SystemExit(f"{folder}: its {RUN_STATE} cannot be read; move the folder aside or pass another --out")
     c = state.config
     methods = [m for m in _flag(run, "--method").split(",") if m] + (["none"] if "--baseline" in run else [])
     per_type = _flag(run, "--per-type")
