@@ -36,9 +36,10 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from harness.resume import ResumeError, load_state
 from harness.stats import paired
 from skillos.acting.state import needed_change, object_class, task_words
-from skillos.protocol.runs import RUN_STATE, RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
+from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -294,9 +295,10 @@ def resumed(run: list[str]) -> list[str] | None:
         folder = ROOT / folder
     if not RunFolder(folder).run_state.exists():
         return run
-    state = read_json(RunFolder(folder).run_state, RunState)
-    if state is None:
-        raise SystemExit(f"{folder}: its {RUN_STATE} cannot be read; move the folder aside or pass another --out")
+    try:
+        state = load_state(folder)   # the check `skillos run --resume` makes of the folder
+    except ResumeError as e:
+        raise SystemExit(f"{e}; move the folder aside or pass another --out") from None
     c = state.config
     methods = [m for m in _flag(run, "--method").split(",") if m] + (["none"] if "--baseline" in run else [])
     per_type = _flag(run, "--per-type")

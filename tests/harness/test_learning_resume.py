@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.bench_learning import resumed
+from skillos.protocol.runs import RunFolder
 
 RUN = ["python", "-m", "skillos.cli", "run", "--env", "reasoning", "--method", "skillos,gold", "--no-baseline",
        "--seeds", "1", "--max-turns", "20", "--concurrency", "1", "--split", "valid", "--per-type", "75",
@@ -21,7 +22,7 @@ def _folder(tmp_path: Path, status: str | None, **config) -> Path:
     folder = tmp_path / "gsm_symbolic"
     if status:
         folder.mkdir(exist_ok=True)
-        (folder / "run.json").write_text(json.dumps({"status": status, "config": {**CONFIG, **config}}))
+        RunFolder(folder).run_state.write_text(json.dumps({"status": status, "config": {**CONFIG, **config}}))
     return folder
 
 
@@ -35,7 +36,7 @@ def test_a_stopped_run_is_resumed_from_its_folder(tmp_path):
         folder = _folder(tmp_path, status)
         assert resumed(RUN + ["--out", str(folder)]) == ["python", "-m", "skillos.cli", "run", "--resume", str(folder),
                                                          "--concurrency", "1"]
-        (folder / "run.json").unlink()
+        RunFolder(folder).run_state.unlink()
         folder.rmdir()
 
 
@@ -57,8 +58,8 @@ def test_a_run_of_other_options_is_refused_not_reported_as_this_one(tmp_path):
 
 def test_an_unreadable_run_json_is_refused_not_overwritten(tmp_path):
     folder = _folder(tmp_path, "failed")
-    (folder / "run.json").write_text('{"status": "exploded"}')
-    with pytest.raises(SystemExit, match="cannot be read"):
+    RunFolder(folder).run_state.write_text('{"status": "exploded"}')
+    with pytest.raises(SystemExit, match="not a stream run folder"):
         resumed(RUN + ["--out", str(folder)])
 
 
