@@ -22,7 +22,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/skillos
   exit 0
 fi
 
-echo "==> setting up $VENV (~25 min on 2 cores the first time on a machine: alfworld and llama.cpp compile; ~5 min with the llama.cpp builds in ~/.cache/skillos/build)"
+echo "==> setting up $VENV (8-20 min on 2 cores the first time on a machine: llama.cpp and alfworld compile; a few minutes with the llama.cpp build in ~/.cache/skillos/build)"
 
 # Debian's Chromium for the console's browser tests (Playwright drives it; no browser download).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -36,26 +36,30 @@ pip install -q --upgrade pip wheel setuptools
 # torch first and pinned: the CPU wheel; an unpinned resolve would pull GBs of CUDA packages.
 pip install -q "torch==2.13.0"
 
-# llama.cpp's OpenAI-compatible server for the embedded LLM. GGML_NATIVE must be off: the native
-# build picks an AMX path that crashes on these CPUs. --no-cache-dir so a cached native build is not reused.
-# The wheel is built once per machine into a cache keyed by these flags (pip's own cache is not used:
-# it would hand back a wheel built with other flags).
-LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+# llama.cpp, compiled once for its two users (~9 min on 2 cores; seconds from the build cache):
+# - llama-server (parallel slots, a prompt cache per slot: the embedded backend) in .venv/bin, with the
+#   shared libraries it links in .venv/lib, built from the llama.cpp sources vendored in the
+#   llama-cpp-python sdist of the pinned version, so the two agree;
+# - llama-cpp-python (the second embedded server, skillos/llm/embedded.py) built without its own copy of
+#   llama.cpp (LLAMA_BUILD=OFF: the Python package only) and given those same libraries in llama_cpp/lib.
+# GGML_NATIVE is off in the build (the native build picks an AMX path that crashes on these CPUs).
+if ! "$VENV/bin/llama-server" --version >/dev/null 2>&1 || [ ! -e "$VENV/lib/libllama.so" ]; then
+  bash scripts/build-llama-server.sh --shared "$VENV"
+fi
 if ! "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server" 2>/dev/null; then
+  # the wheel is kept in a cache of its own (pip's would hand back one built with other flags)
   CACHE=${SKILLOS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/skillos/build}
-  WHEELS="$CACHE/llama-cpp-python-0.3.36-$(echo "$LLAMA_CMAKE_ARGS $(uname -m)" | sha256sum | cut -c1-16)"
+  WHEELS="$CACHE/llama-cpp-python-0.3.36-python-only"
   if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     rm -rf "$WHEELS.tmp" && mkdir -p "$WHEELS.tmp"
-    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" pip wheel -q --no-cache-dir --no-deps "llama-cpp-python==0.3.36" -w "$WHEELS.tmp"
+    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" \
+      pip wheel -q --no-cache-dir --no-deps "llama-cpp-python==0.3.36" -w "$WHEELS.tmp"
     rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"
   fi
   pip install -q "$(ls "$WHEELS"/llama_cpp_python-*.whl)[server]"
-fi
-
-# llama.cpp's own server (parallel slots, a prompt cache per slot: the embedded backend), built from the
-# llama.cpp sources vendored in the llama-cpp-python sdist of the same version, so the two agree.
-if ! "$VENV/bin/llama-server" --version >/dev/null 2>&1; then
-  bash scripts/build-llama-server.sh "$VENV/bin/llama-server"
+  PKG=$("$VENV/bin/python" -c "import importlib.util as u; print(u.find_spec('llama_cpp').submodule_search_locations[0])")
+  mkdir -p "$PKG/lib" && cp -P "$VENV"/lib/*.so* "$PKG/lib/"
+  "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server; llama_cpp.llama_backend_init()"
 fi
 
 # SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies are not needed.
