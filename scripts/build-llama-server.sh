@@ -2,10 +2,10 @@
 # Build llama.cpp's `llama-server` from the sources vendored in the llama-cpp-python sdist (the version
 # pinned in scripts/setup.sh), for any AVX2 CPU (GGML_NATIVE=OFF: the native build's AMX path crashes
 # on these machines), with no network access at run time (no prebuilt web UI, no OpenSSL/curl).
-# Usage: scripts/build-llama-server.sh DEST            one static binary (the images; ~8 min on 2 cores)
+# Usage: scripts/build-llama-server.sh DEST            one static binary (the images; 4-8 min on 2 cores)
 #        scripts/build-llama-server.sh --shared PREFIX  PREFIX/bin/llama-server and the shared libraries it
 #            links in PREFIX/lib (libllama, libggml*, libmtmd, ...; RPATH $ORIGIN/../lib): the same libraries
-#            llama-cpp-python loads, so `make setup` compiles llama.cpp once for both (~9 min on 2 cores)
+#            llama-cpp-python loads, so `make setup` compiles llama.cpp once for both (as long)
 set -euo pipefail
 SHARED=OFF
 if [ "${1:-}" = "--shared" ]; then SHARED=ON; shift; fi
