@@ -20,7 +20,7 @@ KEY=$( (cat "$0"; echo "$VERSION $SHARED $(uname -m)") | sha256sum | cut -c1-16)
 install_from() {  # $1: a finished build (a binary, or a prefix with bin/ and lib/)
   if [ "$SHARED" = ON ]; then
     mkdir -p "$DEST/bin" "$DEST/lib"
-    cp -P "$1"/lib/*.so* "$DEST/lib/" && install -m 755 "$1/bin/llama-server" "$DEST/bin/llama-server"
+    cp -P --remove-destination "$1"/lib/*.so* "$DEST/lib/" && install -m 755 "$1/bin/llama-server" "$DEST/bin/llama-server"
   else
     install -m 755 "$1" "$DEST"
   fi

