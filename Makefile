@@ -11,8 +11,9 @@ run: setup
 test: setup
 	.venv/bin/python -m pytest -q -ra $(PYTEST_ARGS)
 
+# The benchmarks listed (what each measures, its results file); BENCH="NAME ARGS" runs one (bench/__main__.py)
 bench: setup
-	.venv/bin/python -m bench
+	.venv/bin/python -m bench $(BENCH)
 
 # Faults under load on real processes, real PostgreSQL and Redis of its own (bench/chaos.py; ~2 min);
 # CHAOS_ARGS="--append bench/RESULTS-reliability.md" adds the section to the results; CHAOS_ARGS="--scenario 3":
