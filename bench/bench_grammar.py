@@ -7,8 +7,9 @@ as a suspect, unmeasured. This measures it:
 
 1. real episodes are played in process (`EpisodePlayer`, the executor's own code, default acting options) on
    ALFWorld with the model alone on its server (one slot), and every decision's request is recorded;
-2. every recorded decision is asked again three ways, each with the same messages (its prompt already in the
-   slot's cache), the recorded sampling and seed, and at most as many tokens as the recorded answer had:
+2. every recorded decision is asked again three ways, each with the same messages (the first of the three
+   computes the turn's new prompt tokens, the others find the whole prompt in the slot's cache: prompt time is
+   not in the rates), the recorded sampling and seed, and at most as many tokens as the recorded answer had:
    the executor's schema (the enum), the same schema with a free-text action, and no schema (the baseline);
    the order of the three turns round from one decision to the next;
 3. the table: llama-server's own timings per request (`timings.predicted_per_second`: generated tokens over the
@@ -64,8 +65,9 @@ def variant_body(body: dict, variant: int) -> dict:
     return body
 
 
-async def record(llm_url: str, alf_url: str, args) -> list[tuple[dict, int]]:
-    """Plays the episodes; returns each decision's request body and its answer's completion tokens."""
+async def record(llm_url: str, alf_url: str, args) -> tuple[list[tuple[dict, int]], list[dict]]:
+    """Plays the episodes; returns each decision's request body and its answer's completion tokens, and the
+    episodes (task, type, turns, how each ended)."""
     from skillos.acting.options import PlayerOptions
     from skillos.acting.player import EpisodePlayer
     from skillos.llm import LLMClient, LLMSettings
@@ -76,13 +78,18 @@ async def record(llm_url: str, alf_url: str, args) -> list[tuple[dict, int]]:
                                                    "max_retries": 0, "cache": None}))
     rec = RecordingLLM(client)
     player = EpisodePlayer(rec, PlayerOptions(env_urls={"alfworld": alf_url}, skillrepo_url="http://127.0.0.1:9"))
+    episodes = []
     try:
         for i in range(args.episodes):
+            first = len(rec.calls)
             ep = await player.play(EpisodeRequest(env="alfworld", split=args.split, index=i * args.stride,
                                                   max_turns=args.max_turns, seed=0))
+            episodes.append({"index": i * args.stride, "task_id": ep.task_id, "task_type": ep.task_type,
+                             "turns": ep.steps, "stop_reason": ep.stop_reason, "calls": [first, len(rec.calls)]})
             print(f"  episode {i + 1}/{args.episodes} ({ep.task_type}): {ep.steps} turns, {ep.stop_reason}", flush=True)
-        return [(client.build_payload(m, **kw), res.usage.completion_tokens) for m, kw, res in rec.calls
-                if "response_format" in kw]
+        if any("response_format" not in kw for _, kw, _ in rec.calls):
+            raise SystemExit("a decision was asked without a schema: the executor's action format is not json")
+        return [(client.build_payload(m, **kw), res.usage.completion_tokens) for m, kw, res in rec.calls], episodes
     finally:
         await player.aclose()
 
@@ -121,14 +128,18 @@ def main() -> None:
                 "--parallel", "1", "--prompt-cache"]
     with service(["alfworld"], {"SKILLOS_ALFWORLD_DATA": str(DEFAULT_SHARED_DATA / "alfworld")}) as (alf, _), \
             service(llm_args, timeout=600) as (llm, _):
-        decisions = asyncio.run(record(llm, alf, args))
+        decisions, episodes = asyncio.run(record(llm, alf, args))
         timings = asyncio.run(replay(llm, decisions))
-    if args.out:
-        Path(args.out).write_text(json.dumps({VARIANTS[v]: ts for v, ts in timings.items()}, indent=1))
-    same = sum(len({timings[v][i]["content"] for v in timings}) == 1 for i in range(len(decisions)))
-    print(f"\n{same} of {len(decisions)} decisions got the same answer all three ways")
     enum_sizes = [len(b["response_format"]["json_schema"]["schema"]["properties"]["action"].get("enum", []))
                   for b, _ in decisions]
+    if args.out:
+        Path(args.out).write_text(json.dumps({
+            "args": vars(args), "episodes": episodes,
+            "decisions": [{"enum_size": e, "recorded_completion_tokens": n}
+                          for e, (_, n) in zip(enum_sizes, decisions)],
+            "asked": {VARIANTS[v]: ts for v, ts in timings.items()}}, indent=1))
+    same = sum(len({timings[v][i]["content"] for v in timings}) == 1 for i in range(len(decisions)))
+    print(f"\n{same} of {len(decisions)} decisions got the same answer all three ways")
     base = timings[2]
     rows = []
     for v, name in enumerate(VARIANTS):
