@@ -37,6 +37,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from harness.resume import ResumeError, load_state
+from harness.reuse import executor_code, played_with
 from harness.stats import paired
 from skillos.acting.state import needed_change, object_class, task_words
 from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
@@ -314,6 +315,13 @@ def resumed(run: list[str]) -> list[str] | None:
     if state.status == "done":
         print(f"# {folder}: finished earlier, not played again", flush=True)
         return None
+    # `skillos run --resume` refuses other executor code too, but only once its process runs: said here, it
+    # stops the whole start with one message instead of one failure per folder
+    played = played_with(folder)
+    if played and executor_code() not in played:
+        raise SystemExit(f"{folder}: its episodes were played by executor code {', '.join(sorted(played))}, this "
+                         f"checkout's is {executor_code()}: carry it on from a checkout of the commit it was "
+                         "started at (`skillos run --resume` says how)")
     return run[:run.index("run") + 1] + ["--resume", str(folder), "--concurrency", _flag(run, "--concurrency")]
 
 

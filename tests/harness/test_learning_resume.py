@@ -11,6 +11,8 @@ import pytest
 from bench.bench_learning import resumed
 from skillos.protocol.runs import RunFolder
 
+ROOT = Path(__file__).resolve().parents[2]
+
 RUN = ["python", "-m", "skillos.cli", "run", "--env", "reasoning", "--method", "skillos,gold", "--no-baseline",
        "--seeds", "1", "--max-turns", "20", "--concurrency", "1", "--split", "valid", "--per-type", "75",
        "--oracle-judge", "--task-type", "gsm_symbolic"]
@@ -80,3 +82,18 @@ def test_stream_per_type_gives_the_baseline_no_method_parameters(tmp_path):
     assert all("--no-baseline" in r and "--oracle-judge" in r for r in runs)
     assert [r.count("gold.k=1") for r in runs] == [1, 1, 0, 0]
     assert all("--param" not in r for r in runs[2:])
+
+
+def test_a_stopped_run_of_other_executor_code_is_refused_before_anything_starts(tmp_path):
+    """its own `skillos run --resume` would refuse too, but only once started (all 8 at once, one failure each)"""
+    from harness.reuse import executor_code
+
+    folder = _folder(tmp_path, "failed")
+    record = json.loads((ROOT / "bench/evidence/reasoning-valid-300/gsm_symbolic/tasks.jsonl").open().readline())
+    record["method_info"]["executor_code"] = executor_code()
+    RunFolder(folder).tasks_log.write_text(json.dumps(record) + "\n")
+    assert resumed(RUN + ["--out", str(folder)])[4] == "--resume"
+    record["method_info"]["executor_code"] = "0123456789abcdef"
+    RunFolder(folder).tasks_log.write_text(json.dumps(record) + "\n")
+    with pytest.raises(SystemExit, match=f"executor code 0123456789abcdef, this checkout's is {executor_code()}"):
+        resumed(RUN + ["--out", str(folder)])
