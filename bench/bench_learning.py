@@ -36,6 +36,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from bench.skill_echo import echo_line
 from harness.resume import ResumeError, load_state
 from harness.reuse import executor_code, played_with
 from harness.stats import paired
@@ -255,6 +256,10 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
         paired_ids = {seed: set(recs[method_a][seed]) & set(recs[method_b][seed]) for seed in seeds}
         lines += [""] + [_steps_line(m, [r for seed in seeds for tid, r in recs[m][seed].items()
                                           if tid in paired_ids[seed]]) for m in (method_a, method_b)]
+    if env == "reasoning":  # single-turn answers: usage read from the skills' wording (bench/skill_echo.py)
+        lines += ["", echo_line(method_a, method_b, [(recs[method_a][seed][tid], recs[method_b][seed][tid])
+                                                     for seed in seeds
+                                                     for tid in sorted(set(recs[method_a][seed]) & set(recs[method_b][seed]))])]
     origins = Counter((r.get("method_info") or {}).get("reused_from") for r in records_b)
     origins.pop(None, None)
     if origins:   # `skillos run --baseline-from`: episodes of an earlier run with the same executor settings

@@ -29,20 +29,49 @@ def _plain_action(action: str) -> str:
     return re.sub(r"\s+\d+\b", "", action.strip().lower())
 
 
+_WORD = re.compile(r"[a-z0-9']+")
+_FRONTMATTER = re.compile(r"\A---\n.*?\n---\n?", re.DOTALL)
+_UNIT = re.compile(r"(?:^\s*(?:\d+[.)]|[-*•])\s+)|(?<=[.!?:;])\s+", re.MULTILINE)
+ECHO_GRAM = 4     # words in a row that count as a skill's wording, not chance
+ECHO_MIN = 2      # a skill's steps (sentences) a completion must echo to count as followed
+
+
+def _grams(text: str) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i:i + ECHO_GRAM]) for i in range(len(words) - ECHO_GRAM + 1)}
+
+
+def echoed_steps(completion: str, skill_body: str, instruction: str = "") -> int:
+    """How many of a skill's steps (its sentences and numbered lines) the completion repeats ECHO_GRAM words of.
+
+    The single-turn usage measure: a reasoning answer takes no action a skill could spell out, but a 1.5B that
+    follows a procedure writes its steps' words ("identify all occurrences of the letter"). Word runs the
+    instruction itself holds are not counted: restating the problem follows no skill."""
+    seen = _grams(completion) - _grams(instruction)
+    units = _UNIT.split(_FRONTMATTER.sub("", skill_body or ""))
+    return sum(1 for unit in units if unit and _grams(unit) & seen)
+
+
 def skills_used(episode: EpisodeResponse) -> list[str]:
     """Retrieved skills the agent actually followed (the paper's Fig. 6 "usage" metrics).
 
     A skill counts as used when the agent names it in a thought, or when an action the agent took
-    (of three words or more, object ids removed) is written in the skill's body. A skill that was
-    retrieved but neither cited nor followed counts as retrieved only.
+    (of three words or more, object ids removed) is written in the skill's body, or, in a single-turn
+    episode (a reasoning problem: no actions to compare), when its completion echoes ECHO_MIN of the
+    skill's steps (`echoed_steps`). A skill that was retrieved but neither cited nor followed counts as
+    retrieved only. Multi-turn episodes keep the first two rules alone, so ALFWorld's rates stay comparable
+    with the runs recorded before the third.
     """
     thoughts = "\n".join(f"{t.thought}\n{t.completion}" for t in episode.turns)
     actions = {_plain_action(t.action) for t in episode.turns if t.valid}
     actions = {a for a in actions if len(a.split()) >= 3}
+    single = len(episode.turns) == 1
+    answer = f"{thoughts}\n{episode.turns[0].action}" if single else ""
     used = []
     for skill in episode.skills:
         body = re.sub(r"\s+\d+\b", "", (skill.body or "").lower())
-        if _mentions(thoughts, skill.name) or any(a in body for a in actions):
+        if (_mentions(thoughts, skill.name) or any(a in body for a in actions)
+                or (single and echoed_steps(answer, skill.body, episode.instruction) >= ECHO_MIN)):
             used.append(skill.name)
     return used
 

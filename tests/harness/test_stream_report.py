@@ -10,6 +10,7 @@ from harness.report import StreamRun, summarize, summary_markdown, write_plots
 from harness.runner import order_tasks
 from skillos.protocol.executor import EpisodeResponse, RetrievedSkill, Timing, TokenCount, Turn
 from skillos.stream import OpRecord, TaskRecord, TaskSpec, skills_used
+from skillos.stream.step import echoed_steps
 
 
 def _tasks():
@@ -46,6 +47,25 @@ def test_skill_counts_as_used_when_cited_or_followed():
              _turn("use microwave 1", valid=False)]
     assert skills_used(_episode(turns, skills)) == ["clean-then-place", "cool-things"]
     assert skills_used(_episode([_turn("look")], skills)) == []
+
+
+def test_single_turn_answer_counts_a_skill_used_when_it_repeats_two_of_its_steps():
+    skill = RetrievedSkill(name="count-letter", body="Use when asked how many times a letter appears.\n"
+                           "1. Read the text and identify all occurrences of the letter.\n"
+                           "2. Count these occurrences and give the count as the answer.")
+    problem = "How many times does the letter e appear in the text: the cheese?"
+    follows = _turn("3", thought="I read the text and identify all occurrences of the letter e. Then I count "
+                    "these occurrences and give the count.")
+    restates = _turn("3", thought="How many times does the letter e appear in the text? I see three.")
+    assert echoed_steps(follows.thought, skill.body, problem) == 2
+    assert skills_used(_episode([follows], [skill]).model_copy(update={"instruction": problem})) == ["count-letter"]
+    # the problem's own words ("how many times ... the letter") are no step of the skill's being followed
+    assert echoed_steps(restates.thought, skill.body, problem) == 0
+    assert skills_used(_episode([restates], [skill]).model_copy(update={"instruction": problem})) == []
+    # one step repeated is not enough, and a multi-turn episode keeps the action rules alone
+    assert skills_used(_episode([_turn("3", thought="I read the text and identify all occurrences of it")],
+                                [skill])) == []
+    assert skills_used(_episode([follows, follows], [skill])) == []
 
 
 def _record(pos, success, ttype, used=(), retrieved=(), ops=(), size=None, seed=0, method="skillos"):
