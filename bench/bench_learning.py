@@ -257,9 +257,14 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
         lines += [""] + [_steps_line(m, [r for seed in seeds for tid, r in recs[m][seed].items()
                                           if tid in paired_ids[seed]]) for m in (method_a, method_b)]
     if env == "reasoning":  # single-turn answers: usage read from the skills' wording (bench/skill_echo.py)
+        if not any(r.get("used") for r in records_a):
+            lines += ["", (f"({method_a}'s live \"used\" is empty on every problem; records played before the "
+                           "single-turn rule of `skills_used` carry none: the line below reads it off the records.)")]
+        # replayed from every record of A's streams (a skill written on an unpaired task is shown on later ones)
         lines += ["", echo_line(method_a, method_b, [(recs[method_a][seed][tid], recs[method_b][seed][tid])
                                                      for seed in seeds
-                                                     for tid in sorted(set(recs[method_a][seed]) & set(recs[method_b][seed]))])]
+                                                     for tid in sorted(set(recs[method_a][seed]) & set(recs[method_b][seed]))],
+                                all_a=[r for s in recs[method_a].values() for r in s.values()])]
     origins = Counter((r.get("method_info") or {}).get("reused_from") for r in records_b)
     origins.pop(None, None)
     if origins:   # `skillos run --baseline-from`: episodes of an earlier run with the same executor settings

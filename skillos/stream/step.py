@@ -29,7 +29,7 @@ def _plain_action(action: str) -> str:
     return re.sub(r"\s+\d+\b", "", action.strip().lower())
 
 
-_WORD = re.compile(r"[a-z0-9']+")
+_WORD = re.compile(r"[a-z0-9]+")
 _FRONTMATTER = re.compile(r"\A---\n.*?\n---\n?", re.DOTALL)
 _UNIT = re.compile(r"(?:^\s*(?:\d+[.)]|[-*•])\s+)|(?<=[.!?:;])\s+", re.MULTILINE)
 ECHO_GRAM = 4     # words in a row that count as a skill's wording, not chance
@@ -48,24 +48,29 @@ def echoed_steps(completion: str, skill_body: str, instruction: str = "") -> int
     follows a procedure writes its steps' words ("identify all occurrences of the letter"). Word runs the
     instruction itself holds are not counted: restating the problem follows no skill."""
     seen = _grams(completion) - _grams(instruction)
-    units = _UNIT.split(_FRONTMATTER.sub("", skill_body or ""))
-    return sum(1 for unit in units if unit and _grams(unit) & seen)
+    echoed = 0
+    for unit in _UNIT.split(_FRONTMATTER.sub("", skill_body or "")):
+        hits = _grams(unit or "") & seen
+        if hits:   # a word run counts for one step only: two steps sharing a phrase are not both repeated by it
+            echoed += 1
+            seen -= hits
+    return echoed
 
 
 def skills_used(episode: EpisodeResponse) -> list[str]:
     """Retrieved skills the agent actually followed (the paper's Fig. 6 "usage" metrics).
 
     A skill counts as used when the agent names it in a thought, or when an action the agent took
-    (of three words or more, object ids removed) is written in the skill's body, or, in a single-turn
-    episode (a reasoning problem: no actions to compare), when its completion echoes ECHO_MIN of the
-    skill's steps (`echoed_steps`). A skill that was retrieved but neither cited nor followed counts as
-    retrieved only. Multi-turn episodes keep the first two rules alone, so ALFWorld's rates stay comparable
-    with the runs recorded before the third.
+    (of three words or more, object ids removed) is written in the skill's body, or, for a reasoning
+    problem (one answer: no actions to compare), when the answer repeats ECHO_MIN of the skill's steps
+    (`echoed_steps`: recitation, the way this 1.5B follows a procedure). A skill that was retrieved but
+    neither cited nor followed counts as retrieved only. ALFWorld and WebShop episodes keep the first two
+    rules alone, so their rates stay comparable with the runs recorded before the third.
     """
     thoughts = "\n".join(f"{t.thought}\n{t.completion}" for t in episode.turns)
     actions = {_plain_action(t.action) for t in episode.turns if t.valid}
     actions = {a for a in actions if len(a.split()) >= 3}
-    single = len(episode.turns) == 1
+    single = episode.env == "reasoning" and len(episode.turns) == 1   # the env whose episode is one answer
     answer = f"{thoughts}\n{episode.turns[0].action}" if single else ""
     used = []
     for skill in episode.skills:

@@ -57,15 +57,20 @@ def test_single_turn_answer_counts_a_skill_used_when_it_repeats_two_of_its_steps
     follows = _turn("3", thought="I read the text and identify all occurrences of the letter e. Then I count "
                     "these occurrences and give the count.")
     restates = _turn("3", thought="How many times does the letter e appear in the text? I see three.")
+    def reasoning(turns):
+        return _episode(turns, [skill]).model_copy(update={"instruction": problem, "env": "reasoning"})
+
     assert echoed_steps(follows.thought, skill.body, problem) == 2
-    assert skills_used(_episode([follows], [skill]).model_copy(update={"instruction": problem})) == ["count-letter"]
+    assert skills_used(reasoning([follows])) == ["count-letter"]
     # the problem's own words ("how many times ... the letter") are no step of the skill's being followed
     assert echoed_steps(restates.thought, skill.body, problem) == 0
-    assert skills_used(_episode([restates], [skill]).model_copy(update={"instruction": problem})) == []
-    # one step repeated is not enough, and a multi-turn episode keeps the action rules alone
-    assert skills_used(_episode([_turn("3", thought="I read the text and identify all occurrences of it")],
-                                [skill])) == []
-    assert skills_used(_episode([follows, follows], [skill])) == []
+    assert skills_used(reasoning([restates])) == []
+    # one step repeated is not enough; ALFWorld (a one-turn episode too) keeps the action rules alone
+    assert skills_used(reasoning([_turn("3", thought="I read the text and identify all occurrences of it")])) == []
+    assert skills_used(_episode([follows], [skill])) == []
+    # one word run shared by two steps counts for one of them
+    shared = "1. Identify all occurrences of the letter.\n2. Then identify all occurrences of the letter again."
+    assert echoed_steps("I identify all occurrences of the letter.", shared, problem) == 1
 
 
 def _record(pos, success, ttype, used=(), retrieved=(), ops=(), size=None, seed=0, method="skillos"):
