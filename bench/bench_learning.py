@@ -36,7 +36,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from bench.skill_echo import echo_line
+from bench.skill_echo import echo_line, pct
 from harness.resume import ResumeError, load_state
 from harness.reuse import executor_code, played_with
 from harness.stats import paired
@@ -99,10 +99,6 @@ def _config(run_dir: Path) -> dict:
         if read is not None:
             return read.config or {}
     return {}
-
-
-def pct(part: float, whole: int) -> str:
-    return "–" if not whole else f"{100 * part / whole:.1f}"
 
 
 def _usage_line(method: str, records: list[dict]) -> str:
@@ -221,7 +217,7 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     steps_a, steps_b = [], []
     for seed in [*seeds, "pooled"]:
         cells, p_sr, n = [], None, 0
-        for name, key, pct in measures:
+        for name, key, percent in measures:
             if seed == "pooled":
                 xs, ys = pooled_a[name], pooled_b[name]
             else:
@@ -233,7 +229,7 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
                 continue
             res = paired(xs, ys)
             n = res.n
-            k = 100 if pct else 1
+            k = 100 if percent else 1
             cells.append(f"{res.mean_a * k:.1f} vs {res.mean_b * k:.1f}, {res.diff * k:+.1f} "
                          f"[{res.ci_low * k:+.1f}, {res.ci_high * k:+.1f}]")
             if name.startswith("SR"):
@@ -273,7 +269,7 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     # per type over the pairs only (a stream still running has played fewer tasks of method_a)
     per_type: dict[str, list[list[float]]] = defaultdict(lambda: [[], []])
     for seed in seeds:
-        for tid in set(recs[method_a][seed]) & set(recs[method_b][seed]):
+        for tid in sorted(set(recs[method_a][seed]) & set(recs[method_b][seed])):  # sorted: the bootstrap resamples by position
             a, b = recs[method_a][seed][tid], recs[method_b][seed][tid]
             per_type[a.get("task_type") or "?"][0].append(float(bool(a["success"])))
             per_type[a.get("task_type") or "?"][1].append(float(bool(b["success"])))

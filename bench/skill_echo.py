@@ -78,7 +78,8 @@ def _echoes(record: dict, bodies: list[str]) -> int:
     return max(echoed_steps(_answer(record), body, record.get("instruction") or "") for body in bodies)
 
 
-def _pct(part: int, whole: int) -> str:
+def pct(part: float, whole: int) -> str:
+    """A share in percent, one decimal; "–" of nothing (bench_learning's tables use it too)."""
     return f"{100 * part / whole:.1f}" if whole else "–"
 
 
@@ -119,8 +120,8 @@ def echo_line(method: str, control: str, pairs: list[tuple[dict, dict]], all_a: 
         notes.append(f"{mismatched} curator decision{'s' if mismatched != 1 else ''} whose ops and calls differ in "
                      "number, not replayed")
     return (f"{method}: the answer repeats {ECHO_MIN}+ steps of a skill it was shown (4 words in a row, the "
-            f"problem's own wording not counted) in {len(repeats)} of {n} problems ({_pct(len(repeats), n)} %); "
-            f"{control}'s answer to the same problem does so for the same skills in {chance} ({_pct(chance, n)} %: "
-            f"{who}); success when it repeats them {_pct(sum(bool(r['success']) for r in repeats), len(repeats))} % "
-            f"vs {_pct(sum(bool(r['success']) for r in rest), len(rest))} % when not"
+            f"problem's own wording not counted) in {len(repeats)} of {n} problems ({pct(len(repeats), n)} %); "
+            f"{control}'s answer to the same problem does so for the same skills in {chance} ({pct(chance, n)} %: "
+            f"{who}); success when it repeats them {pct(sum(bool(r['success']) for r in repeats), len(repeats))} % "
+            f"vs {pct(sum(bool(r['success']) for r in rest), len(rest))} % when not"
             + (f" ({'; '.join(notes)})." if notes else "."))
