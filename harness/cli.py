@@ -320,7 +320,50 @@ def run(ctx: typer.Context,
         console.print(f"held: {', '.join(opts.hold)}; `skillos run --resume {folder}` without --hold plays them on")
 
 
+def eval_curator(
+        config: Path = typer.Option(..., "--config", help="the training config (configs/train/*-served.yaml): "
+                                    "model, env, reward weights, sampling"),
+        adapter: Path = typer.Option(..., "--adapter", help="an adapter.gguf, a folder holding one, or a "
+                                     "training run folder (its latest adapters/step-*)"),
+        split: str = typer.Option("valid", "--split", help="the env split whose groups both arms play "
+                                  "(never the one trained on)"),
+        groups: int = typer.Option(8, "--groups", min=1, help="groups to play (the first N of the split's)"),
+        rollouts: int = typer.Option(2, "--rollouts", min=1, help="rollouts per group and arm"),
+        overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE over the config, as `skillos train`"),
+        out: Path = typer.Option(..., "--out", help="report folder; a rerun of the same command resumes in it")) -> None:
+    """The trained curator against the untrained one on held-out groups: the training loop's rollouts
+    without an update, same groups, seeds and frozen executor, the adapter the only difference. Needs the
+    stack (`skillos up --envs <env>`); writes eval.jsonl, eval.json and eval.md."""
+    import shlex
+    import sys
+
+    from harness.curator_eval import EvalError, EvalPlan, evaluate, find_adapter
+    from services.trainer.config import TrainConfig
+    from services.trainer.settings import TrainerSettings
+    from skillos.cli.common import fail, init_logging
+
+    try:
+        # the split's own groups, never a groups file the config may name (those are training groups)
+        cfg = TrainConfig.from_options(config, None, None, [*overrides, f"data.split={split}", "data.groups_file=null"])
+        plan = EvalPlan(cfg, find_adapter(adapter), split, groups, rollouts, out)
+    except FileNotFoundError as e:
+        fail(str(e))
+    except ValueError as e:   # pydantic's ValidationError and EvalError too
+        fail(f"{config}: {e}" if not isinstance(e, EvalError) else str(e))
+    settings = TrainerSettings()
+    init_logging(settings)
+    command = "skillos " + shlex.join(sys.argv[1:])
+    try:
+        summary = evaluate(plan, settings, command)
+    except ValueError as e:   # EvalError, or a config the served policy cannot be built from
+        fail(str(e))
+    typer.echo((out / "eval.md").read_text())
+    if not summary["groups"]:
+        fail("no group was completed by both arms (see eval.jsonl)")
+
+
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:
+    app.command("eval-curator")(eval_curator)
     app.command("up")(up)
     app.command("down")(down)
     app.command("methods")(methods_cmd)

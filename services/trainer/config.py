@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from skillos.methods import MethodConfigError, build_method
 
@@ -29,9 +29,20 @@ class DataConfig(_Strict):
     # JSONL written by `skillos group` (one group per line); empty: group the env's tasks on the fly
     groups_file: Path | None = None
     split: str = "valid_train"                 # the env split whose tasks are grouped on the fly
-    group_size: int = Field(10, ge=2)          # Table 4: 10 for ALFWorld/WebShop (reasoning: Random(5, 12))
+    group_size: int = Field(10, ge=2)          # Table 4: 10 for ALFWorld/WebShop
+    # reasoning: each group is Random(min, max) tasks of one family (Table 4: Random(5, 12)); a CPU loop
+    # narrows it, since every task of a group is one executor answer and one curator decision per rollout
+    reasoning_group_size: tuple[int, int] = (5, 12)
     distribution: Literal["natural", "uniform"] = "natural"
     num_groups: int | None = None              # cap on groups built on the fly (None: all tasks used)
+
+    @field_validator("reasoning_group_size")
+    @classmethod
+    def _size_range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        low, high = v
+        if low < 2 or high < low:   # r_task averages tasks 2..|G|
+            raise ValueError(f"reasoning_group_size must be [min, max] with 2 <= min <= max, got {list(v)}")
+        return v
 
 
 class ModelConfig(_Strict):
@@ -45,6 +56,8 @@ class ModelConfig(_Strict):
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    # LoRA on the last N transformer blocks only (None: all): the backward pass stops below them (a CPU knob)
+    lora_layers: int | None = Field(None, ge=1)
     gradient_checkpointing: bool = False
 
 
@@ -61,6 +74,9 @@ class RolloutConfig(_Strict):
     max_turns: int = 30                        # Table 4, executor turns per ALFWorld/WebShop task
     top_k_skills: int = 5                      # Table 4
     content_judge: bool = True                 # r_cnt from the curator service's POST /v1/judge/content
+    # the curator reads the executor's own verdict on each task (the paper); False: the env's (the oracle
+    # ablation of `skillos run --oracle-judge`), one executor LLM call fewer per task
+    self_judge: bool = True
     seed_repo: str | None = None               # fork this repo for each rollout (None: start empty)
     # in-process policy: "json" asks for the curator service's JSON schema and samples under it
     # (constrained decoding, as llama.cpp serves it); "text" samples free text for the parser
@@ -133,6 +149,9 @@ class TrainConfig(_Strict):
     lambda_comp: float = 0.05
     save_every: int = Field(10, ge=1)          # checkpoint every k steps (and at the end)
     keep_checkpoints: int = 2
+    # LoRA runs: the adapter of every k-th step's checkpoint is kept under adapters/ (and the last step's), the
+    # points of a learning curve that `skillos eval-curator` can evaluate
+    adapter_every: int = Field(5, ge=1)
     resume: bool = True                        # continue from output_dir's latest checkpoint
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()

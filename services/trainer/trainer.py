@@ -32,7 +32,7 @@ from services.trainer.grpo.engine import build_engine, close_distributed, rank_w
 from services.trainer.grpo.lora_gguf import float_base_gguf
 from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_policy, resolve_model
 from services.trainer.grpo.served import ServedGenerator, ServedPolicy
-from services.trainer.grpo.sync import WeightSync
+from services.trainer.grpo.sync import WeightSync, export_adapter
 from services.trainer.grpo.update import update_policy
 from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
 from services.trainer.rollouts.agent import (
@@ -53,6 +53,7 @@ from skillos.clients.skillrepo import AsyncSkillRepoClient
 from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
+from skillos.models.store import default_models_dir
 from skillos.protocol.runs import RunFolder, TrainSummary, to_dict
 from skillos.settings import ActingSettings, CurationSettings
 
@@ -104,11 +105,54 @@ def load_groups(cfg: TrainConfig, settings) -> list:
     url = settings.env_url(cfg.data.env)
     with EnvClient(url, token=settings.api_token or None) as env:
         tasks = env.tasks(split=cfg.data.split)
-    if cfg.data.env == "reasoning":   # Table 4: Random(5, 12) tasks of one family (reasoning-gym's, the type)
-        return group_by_family(tasks, "reasoning", 5, 12, cfg.data.num_groups, seed=cfg.seed)[0]
+    if cfg.data.env == "reasoning":   # Random(min, max) tasks of one family (reasoning-gym's, the type)
+        low, high = cfg.data.reasoning_group_size
+        return group_by_family(tasks, "reasoning", low, high, cfg.data.num_groups, seed=cfg.seed)[0]
     groups, _ = group_by_type(tasks, cfg.data.env, cfg.data.group_size, cfg.data.distribution,
                               cfg.data.num_groups, seed=cfg.seed)
     return groups
+
+
+def converted_cache(cfg: TrainConfig) -> Path:
+    """Where a GGUF policy's conversions are kept (the torch copy transformers dequantises, a float GGUF for the
+    server): in the model cache (`SKILLOS_MODELS_DIR`), once per machine, not beside each run."""
+    src, gguf = resolve_model(cfg.model.path, cfg.model.gguf_file)
+    return default_models_dir() / "converted" / f"{Path(src).name}-{Path(gguf or 'model').stem}"
+
+
+def served_policy(cfg: TrainConfig, log_dir: Path) -> ServedPolicy:
+    """llama-server over the GGUF the policy was dequantised from (sync.backend llamacpp_lora), not started."""
+    src, gguf = resolve_model(cfg.model.path, cfg.model.gguf_file)
+    if not gguf:
+        raise ValueError(f"sync.backend=llamacpp_lora serves the policy's base GGUF: model.path {cfg.model.path!r} "
+                         "is not a GGUF model (the packaged SmolLM2 or a name of `skillos models list`)")
+    if rank_world()[1] > 1:   # one server, started by the rank that pushes: the others would have none
+        raise ValueError("sync.backend=llamacpp_lora is the single-process CPU loop: run it with one rank "
+                         "(vllm_lora serves several)")
+    base = Path(src) / gguf
+    if cfg.sync.served_base != "gguf":   # beside the trainer's own dequantised copy of it
+        base = float_base_gguf(base, converted_cache(cfg) / f"base-{cfg.sync.served_base}.gguf", cfg.sync.served_base)
+    return ServedPolicy(base, alias="policy", parallel=cfg.rollout.max_concurrency,
+                        ctx_per_slot=cfg.max_prompt_tokens + cfg.max_response_tokens, log_dir=log_dir,
+                        threads=cfg.sync.llama_threads, seed=cfg.seed)
+
+
+def curator_context(cfg: TrainConfig, s: TrainerSettings, tokenizer, batcher, grammars, run_id: str
+                    ) -> tuple[RolloutContext, list]:
+    """The curator rollouts' context over the stack's services, and the clients to close after."""
+    token = s.api_token or None
+    repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=token)
+    curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
+    executor = AsyncExecutorClient(s.executor_url, token=token, timeout=cfg.rollout.timeout_s)
+    ctx = RolloutContext(
+        env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
+        curation=CurationSettings(curator_output_mode=cfg.rollout.curator_output_mode).curation_options(),
+        tokenizer=tokenizer, batcher=batcher, grammars=grammars,
+        run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
+        max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge, self_judge=cfg.rollout.self_judge,
+        seed_repo=cfg.rollout.seed_repo, lambdas=cfg.reward_weights(),
+        concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
+    return ctx, [repo_client, curator_client, executor]
 
 
 class Trainer:
@@ -124,34 +168,23 @@ class Trainer:
     # --- set-up ---------------------------------------------------------------------------
     def _build_model(self):
         m = self.cfg.model
-        model, tokenizer = load_policy(m.path, m.gguf_file, m.dtype, cache_dir=self.out.parent / ".model-cache"
-                                       / Path(m.path).name)
+        model, tokenizer = load_policy(m.path, m.gguf_file, m.dtype, cache_dir=converted_cache(self.cfg) / "torch")
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         ref = None
         if self.cfg.kl_coef > 0 and not m.lora:
             ref = copy.deepcopy(model).eval().requires_grad_(False)
         if m.lora:
-            model = apply_lora(model, m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules)
+            model = apply_lora(model, m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules,
+                               m.lora_layers)
         return model, tokenizer, ref
 
+    def _base_gguf(self) -> Path | None:
+        src, gguf = resolve_model(self.cfg.model.path, self.cfg.model.gguf_file)
+        return Path(src) / gguf if gguf else None
+
     def _served_policy(self) -> ServedPolicy:
-        """llama-server over the GGUF the policy was dequantised from (sync.backend llamacpp_lora)."""
-        cfg = self.cfg
-        src, gguf = resolve_model(cfg.model.path, cfg.model.gguf_file)
-        if not gguf:
-            raise ValueError(f"sync.backend=llamacpp_lora serves the policy's base GGUF: model.path {cfg.model.path!r} "
-                             "is not a GGUF model (the packaged SmolLM2 or a name of `skillos models list`)")
-        if rank_world()[1] > 1:   # one server, started by the rank that pushes: the others would have none
-            raise ValueError("sync.backend=llamacpp_lora is the single-process CPU loop: run it with one rank "
-                             "(vllm_lora serves several)")
-        base = Path(src) / gguf
-        if cfg.sync.served_base != "gguf":   # beside the trainer's own dequantised copy of it
-            base = float_base_gguf(base, self.out.parent / ".model-cache" / Path(cfg.model.path).name
-                                   / f"base-{cfg.sync.served_base}.gguf", cfg.sync.served_base)
-        return ServedPolicy(base, alias="policy", parallel=cfg.rollout.max_concurrency,
-                            ctx_per_slot=cfg.max_prompt_tokens + cfg.max_response_tokens, log_dir=self.out,
-                            threads=cfg.sync.llama_threads, seed=cfg.seed)
+        return served_policy(self.cfg, self.out)
 
     def run(self) -> dict[str, Any]:
         try:
@@ -202,25 +235,16 @@ class Trainer:
         if inprocess and wants_grammar:
             width = engine.module.get_output_embeddings().weight.shape[0]   # logits width
             grammars = GrammarCache(tokenizer, width, cfg.max_response_tokens)
-        token = s.api_token or None
-        repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=token)
         run_id = f"train-{uuid.uuid4().hex[:6]}"
-        closing = [repo_client, *([batcher] if served is not None else [])]
+        closing: list = [batcher] if served is not None else []
         bank = None
         if cfg.policy == "agent":
+            repo_client = AsyncSkillRepoClient(s.skillrepo_url, token=s.api_token or None)
+            closing.append(repo_client)
             ctx, bank = await self._agent_context(tokenizer, batcher, grammars, repo_client, run_id, closing, step)
         else:
-            curator_client = AsyncCuratorClient(s.curator_url, token=token, timeout=cfg.rollout.timeout_s)
-            executor = AsyncExecutorClient(s.executor_url, token=token, timeout=cfg.rollout.timeout_s)
-            closing += [curator_client, executor]
-            ctx = RolloutContext(
-                env=cfg.data.env, executor=executor, repo_client=repo_client, curator_client=curator_client,
-                curation=CurationSettings(curator_output_mode=cfg.rollout.curator_output_mode).curation_options(),
-                tokenizer=tokenizer, batcher=batcher, grammars=grammars,
-                run_id=run_id, max_prompt_tokens=cfg.max_prompt_tokens, top_k=cfg.rollout.top_k_skills,
-                max_turns=cfg.rollout.max_turns, content_judge=cfg.rollout.content_judge,
-                seed_repo=cfg.rollout.seed_repo, lambdas=cfg.reward_weights(),
-                concurrency=asyncio.Semaphore(cfg.rollout.max_concurrency), model_name=cfg.model.path)
+            ctx, clients = curator_context(cfg, s, tokenizer, batcher, grammars, run_id)
+            closing += clients
         summary: dict[str, Any] = {"start_step": step}
         try:
             while step < cfg.steps:
@@ -242,6 +266,10 @@ class Trainer:
                          groups_with_signal=row["signal"].get("groups_nonzero_std_frac"),
                          dropped=row["groups"]["dropped"], rollout_s=row["time"]["rollout_s"],
                          update_s=row["time"]["update_s"])
+                # the adapter before the checkpoint: a run killed between the two plays the step again and
+                # writes it then, where the other order would resume past a step whose adapter was never kept
+                if cfg.model.lora and (step % cfg.adapter_every == 0 or step == cfg.steps):
+                    export_adapter(engine.module, self.folder.adapter_dir(step), self._base_gguf())
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     t0 = time.perf_counter()
                     checkpoint.save(engine, self.ckpt_dir, step, sampler.state, cfg.keep_checkpoints)

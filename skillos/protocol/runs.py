@@ -66,6 +66,8 @@ ROLLOUTS_DIR = "rollouts"
 TRAIN_REPORT = "report.png"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
+ADAPTERS_DIR = "adapters"        # a LoRA run's adapter per checkpoint: peft's files and the llama.cpp GGUF
+ADAPTER_GGUF = "adapter.gguf"
 
 # tasks/<method>-seed<seed>-<position>.json (a method's name may have a hyphen: skillos-expert)
 TASK_FILE = re.compile(r"^(?P<method>[A-Za-z0-9_][A-Za-z0-9_-]*?)-seed(?P<seed>-?\d+|None)-(?P<pos>\d+)\.json$")
@@ -158,6 +160,9 @@ class RunFolder:
     @property
     def checkpoints_dir(self) -> Path:
         return self.path / CHECKPOINTS_DIR
+
+    def adapter_dir(self, step: int) -> Path:
+        return self.path / ADAPTERS_DIR / f"step-{step:06d}"
 
     def task_files(self) -> list[Path]:
         """The ``tasks/*.json`` files of a finished run, sorted by name."""

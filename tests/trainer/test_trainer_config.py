@@ -32,6 +32,18 @@ def test_what_is_refused_says_what_to_fix(tmp_path):
         TrainConfig.from_options(TINY, overrides=["temperature=0"])
 
 
+def test_the_cpu_loop_knobs_are_checked():
+    cfg = TrainConfig.from_options(TINY, overrides=["data.reasoning_group_size=[3, 4]", "model.lora_layers=2"])
+    assert cfg.data.reasoning_group_size == (3, 4) and cfg.model.lora_layers == 2
+    assert TrainConfig.from_yaml(TINY).data.reasoning_group_size == (5, 12)     # Table 4
+    with pytest.raises(ValueError, match="2 <= min <= max"):
+        TrainConfig.from_options(TINY, overrides=["data.reasoning_group_size=[6, 4]"])
+    with pytest.raises(ValueError, match="2 <= min <= max"):
+        TrainConfig.from_options(TINY, overrides=["data.reasoning_group_size=[1, 4]"])
+    with pytest.raises(ValueError, match="lora_layers"):
+        TrainConfig.from_options(TINY, overrides=["model.lora_layers=0"])
+
+
 def test_set_path_reads_the_value_as_yaml():
     data = {"a": {"b": 1}}
     set_path(data, "a.b=[1, 2]")

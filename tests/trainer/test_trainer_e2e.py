@@ -130,3 +130,26 @@ def test_a_step_of_the_cpu_loop_samples_from_llama_server_with_the_pushed_adapte
     restarts = [json.loads(line) for line in log.read_text().splitlines()
                 if line.startswith("{") and "served_policy_restarted" in line]
     assert [Path(r["adapter"]).name for r in restarts] == adapters
+
+    # the adapter is kept beside the step's checkpoint, and `skillos eval-curator` plays it against the
+    # untrained policy on another split (one group, one rollout each: the command's wiring, not a result)
+    kept = out / "adapters" / "step-000001"
+    assert (kept / "adapter.gguf").stat().st_size > 0 and (kept / "adapter_model.safetensors").is_file()
+    ev = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "skillos.cli", "eval-curator", "--config", str(CONFIG), "--adapter", str(out),
+           "--split", "valid_train", "--groups", "1", "--rollouts", "1", "--out", str(ev),
+           "--set", "model.lora=true", "--set", "sync.backend=llamacpp_lora", "--set", "max_response_tokens=512"]
+    env = {**os.environ, **stack, "SKILLOS_LOG_FORMAT": "json"}
+    done = subprocess.run(cmd, check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=STEP_BUDGET_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    rows = [json.loads(line) for line in (ev / "eval.jsonl").read_text().splitlines()]
+    assert sorted(r["arm"] for r in rows) == ["trained", "untrained"]
+    assert all("dropped" not in r and len(r["rollouts"]) == 1 for r in rows), rows
+    summary = json.loads((ev / "eval.json").read_text())
+    assert summary["groups"] == 1 and summary["adapter"].endswith("step-000001/adapter.gguf")
+    assert {"reward", "r_task", "r_fc", "r_cnt", "success", "repo_size"} <= set(summary["metrics"])
+    assert "| r_fc |" in (ev / "eval.md").read_text()
+    # a rerun of the same command resumes: both arms are done, nothing is played again
+    again = subprocess.run(cmd, check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len((ev / "eval.jsonl").read_text().splitlines()) == 2

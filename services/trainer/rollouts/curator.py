@@ -146,6 +146,7 @@ class RolloutContext:
     top_k: int = 5
     max_turns: int = 30
     content_judge: bool = True
+    self_judge: bool = True  # False: the curator reads the env's verdict (rollout.self_judge)
     seed_repo: str | None = None
     concurrency: asyncio.Semaphore | None = None
     model_name: str = "policy"
@@ -169,7 +170,7 @@ async def run_rollout(ctx: RolloutContext, group, n: int, step: int, attempt: in
         curator = ScoringCurator(inner, ctx, repo, llm)
         tasks = [TaskSpec(id=t.id, type=t.type, instruction=t.instruction) for t in group.tasks]
         config = StreamConfig(env=ctx.env, method="skillos", repo=repo, k=ctx.top_k, max_turns=ctx.max_turns,
-                              seed=seed)
+                              seed=seed, self_judge=ctx.self_judge)
         records = await run_stream(tasks, build_method(config.method), StreamContext(
             config, ctx.executor, curator=curator, repo=ctx.repo_client))
         for r in records:

@@ -1,0 +1,106 @@
+"""`skillos eval-curator`'s pairing and adapter lookup (pure parts; the command itself runs against real
+services in tests/trainer/test_trainer_e2e.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.curator_eval import EvalError, compare, find_adapter
+
+
+def _rollout(task: float, fc: float, successes: list[bool], repo: int) -> dict:
+    total = task + fc
+    return {"reward": {"total": total, "task": task, "fc": fc, "cnt": 0.5, "comp": -0.1},
+            "successes": successes, "repo_size": repo, "calls": 2, "valid_calls": 2 if fc == 1 else 1}
+
+
+def _row(arm: str, group: str, rollouts: list[dict]) -> dict:
+    tasks = [f"{group}-t{i}" for i in range(len(rollouts[0]["successes"]))]
+    return {"arm": arm, "group": group, "family": "chain_sum", "tasks": tasks, "rollouts": rollouts}
+
+
+def test_arms_are_paired_per_group_and_per_task():
+    rows = [
+        _row("untrained", "g1", [_rollout(0.0, 0.5, [True, False, False], 1), _rollout(0.5, 0.5, [False, True, False], 1)]),
+        _row("trained", "g1", [_rollout(0.5, 1.0, [True, True, False], 2), _rollout(0.5, 1.0, [False, True, False], 2)]),
+        _row("untrained", "g2", [_rollout(0.0, 1.0, [False, False], 0), _rollout(0.0, 1.0, [False, False], 0)]),
+        _row("trained", "g2", [_rollout(1.0, 1.0, [False, True], 3), _rollout(0.0, 1.0, [False, False], 3)]),
+        # a group one arm dropped is left out of every pair
+        {"arm": "untrained", "group": "g3", "family": "chain_sum", "dropped": "rollout 0 failed"},
+        _row("trained", "g3", [_rollout(1.0, 1.0, [True, True], 9), _rollout(1.0, 1.0, [True, True], 9)]),
+    ]
+    out = compare(rows)
+    assert out["groups"] == 2 and out["dropped_groups"] == ["g3"]
+    task = out["metrics"]["r_task"]
+    # group means: g1 0.25 -> 0.5, g2 0.0 -> 0.5
+    assert task["untrained"] == pytest.approx(0.125) and task["trained"] == pytest.approx(0.5)
+    assert task["diff"] == pytest.approx(0.375) and task["n"] == 2
+    assert out["metrics"]["repo_size"]["diff"] == pytest.approx(2.0)
+    assert out["metrics"]["valid_call_rate"]["untrained"] == pytest.approx(0.75)
+    pairs = out["task_pairs"]
+    assert pairs["n"] == 10                            # 2 x 3 tasks in g1, 2 x 2 in g2
+    assert pairs["discordant"] == [2, 0]               # trained won g1 r0 task 2 and g2 r0 task 2
+    assert pairs["untrained"] == pytest.approx(0.2) and pairs["trained"] == pytest.approx(0.4)
+
+
+def test_arms_that_played_different_things_are_not_paired():
+    a = _row("untrained", "g1", [_rollout(0.0, 1.0, [True, False], 1)])
+    b = _row("trained", "g1", [_rollout(0.0, 1.0, [True, False], 1), _rollout(0.0, 1.0, [True, False], 1)])
+    with pytest.raises(EvalError, match="different tasks or rollout counts in g1"):
+        compare([a, b])
+
+
+def test_nothing_to_pair_is_said_not_invented():
+    out = compare([_row("trained", "g1", [_rollout(1.0, 1.0, [True, True], 1)])])
+    assert out["groups"] == 0 and out["metrics"] == {} and "task_pairs" not in out
+
+
+def test_the_adapter_is_found_as_a_file_a_folder_or_a_run(tmp_path):
+    run = tmp_path / "run"
+    for step in (2, 10):
+        d = run / "adapters" / f"step-{step:06d}"
+        d.mkdir(parents=True)
+        (d / "adapter.gguf").write_bytes(b"GGUF")
+    latest = run / "adapters" / "step-000010" / "adapter.gguf"
+    assert find_adapter(run) == latest
+    assert find_adapter(latest.parent) == latest
+    assert find_adapter(latest) == latest
+    with pytest.raises(EvalError, match="no adapter at"):
+        find_adapter(tmp_path / "nothing")
+
+
+def test_a_half_written_adapter_folder_is_not_the_latest(tmp_path):
+    for name in ("step-000005", "step-000005.incoming"):
+        (tmp_path / "adapters" / name).mkdir(parents=True)
+        (tmp_path / "adapters" / name / "adapter.gguf").write_bytes(b"GGUF")
+    assert find_adapter(tmp_path).parent.name == "step-000005"
+
+
+def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
+    """eval-plan.json pins what eval.jsonl's rows were played with; a torn last line and a dropped group play again."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harness.curator_eval import EvalPlan, _check_plan, _rows
+    from services.trainer.config import TrainConfig
+
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs/train/cpu-qwen0.5b-served.yaml")
+    adapter = tmp_path / "adapter.gguf"
+    adapter.write_bytes(b"GGUF one")
+    groups = [SimpleNamespace(id="g1", tasks=[SimpleNamespace(id="t1"), SimpleNamespace(id="t2")])]
+    plan = EvalPlan(cfg, adapter, "valid", 1, 2, tmp_path)
+    _check_plan(plan, groups)
+    _check_plan(plan, groups)                                   # the same evaluation: resumes
+    with pytest.raises(EvalError, match="differs in rollouts"):
+        _check_plan(EvalPlan(cfg, adapter, "valid", 1, 3, tmp_path), groups)
+    adapter.write_bytes(b"GGUF two")
+    with pytest.raises(EvalError, match="adapter_sha256"):
+        _check_plan(plan, groups)
+
+    log = tmp_path / "eval.jsonl"
+    log.write_text(json.dumps({"arm": "trained", "group": "g1", "dropped": "timeout"}) + "\n"
+                   + json.dumps(_row("trained", "g1", [_rollout(1.0, 1.0, [True, True], 1)])) + "\n"
+                   + '{"arm": "untrained", "group": "g1", "rollo')   # killed mid-write
+    rows = _rows(log)
+    assert len(rows) == 1 and rows[0]["arm"] == "trained" and "dropped" not in rows[0]
