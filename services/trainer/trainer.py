@@ -183,9 +183,6 @@ class Trainer:
         src, gguf = resolve_model(self.cfg.model.path, self.cfg.model.gguf_file)
         return Path(src) / gguf if gguf else None
 
-    def _served_policy(self) -> ServedPolicy:
-        return served_policy(self.cfg, self.out)
-
     def run(self) -> dict[str, Any]:
         try:
             return asyncio.run(self._run())
@@ -208,7 +205,7 @@ class Trainer:
                 sampler.state = state["sampler"]
                 metrics.truncate_after(step)
                 log.info("resumed", step=step, sampler=str(sampler.state))
-        served = self._served_policy() if cfg.sync.backend == "llamacpp_lora" else None
+        served = served_policy(cfg, self.out) if cfg.sync.backend == "llamacpp_lora" else None
         sync = WeightSync(cfg.sync, self.out, served=served)
         inprocess = cfg.sync.backend == "inprocess"
         if not inprocess:
