@@ -28,7 +28,7 @@ def summary(path: Path) -> str:
 
 # where a benchmark's results are written up when the file is not RESULTS-<name>.md
 RESULTS_ELSEWHERE = {"acting": "learning", "chaos": "reliability", "constrained": "trainer", "grammar": "executor",
-                     "served_policy": "trainer", "weight_sync": "weight-sync"}
+                     "lora_update": "trainer", "served_policy": "trainer", "weight_sync": "weight-sync"}
 
 
 def results_of(name: str) -> str:
