@@ -15,7 +15,13 @@ import pytest
 
 from harness.report import RunLog, StreamRun, summarize, write_summary, write_task_records
 from services.console.runs import RunStore
-from services.trainer.metrics import MetricsWriter, read_metrics, write_rollouts
+from services.trainer.metrics import (
+    MetricsWriter,
+    plot_report,
+    read_metrics,
+    reward_by_family,
+    write_rollouts,
+)
 from services.trainer.rollouts.curator_rewards import RewardParts
 from skillos.protocol.runs import (
     TASK_FILE,
@@ -154,6 +160,10 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     rollouts = list(read_jsonl(folder.rollouts(2), RolloutRow))
     assert [(r.group, r.rollout) for r in rollouts] == [("pick-0", 0), ("pick-0", 1), ("pick-1", 0), ("pick-1", 1)]
     assert rollouts[0].reward["total"] == 0.6 and rollouts[2].samples[0]["segment"] == "act"
+
+    # the report's family panel: each step's curator group by its family (agent rollouts have no total reward)
+    assert reward_by_family(folder.rollouts_dir) == {"pick": [(1, 1.1), (2, 1.1), (3, 1.1)]}   # (0.6 + 1.6) / 2
+    assert plot_report(folder.metrics, folder.train_report).stat().st_size > 0
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

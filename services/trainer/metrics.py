@@ -93,8 +93,32 @@ PANELS = [
 ]
 
 
+def task_family(group_id: str) -> str:
+    """The task family of a group id `<env>-<family>-<NNNN>` (group_by_family's and group_by_type's)."""
+    head = group_id.rsplit("-", 1)[0]
+    return head.split("-", 1)[1] if "-" in head else head
+
+
+def reward_by_family(rollouts_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """family -> [(step, the group's mean total reward)], from rollouts/step-*.jsonl (curator runs)."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(rollouts_dir.glob("step-*.jsonl")) if rollouts_dir.is_dir() else []:
+        step = int(path.stem.split("-")[1])
+        by_group: dict[str, list[float]] = {}
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            total = (row.get("reward") or {}).get("total")
+            if isinstance(total, (int, float)) and "group" in row:
+                by_group.setdefault(row["group"], []).append(total)
+        for group, totals in sorted(by_group.items()):
+            out.setdefault(task_family(group), []).append((step, sum(totals) / len(totals)))
+    return out
+
+
 def plot_report(metrics_path: Path, out_png: Path) -> Path:
-    """One figure with a panel per metric family, from metrics.jsonl."""
+    """One figure with a panel per metric family, from metrics.jsonl; and, for a curator run, the reward of each
+    step's groups by task family (rollouts/): one group a step makes the plain reward curve mostly a record of
+    which family was drawn, so a trend is read within a family."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,10 +128,17 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     # the panels this run has numbers for (a curator run has no agent panels, and the reverse)
     panels = [(t, keys) for t, keys in PANELS if any(isinstance(r.get(k), (int, float)) for r in rows for k in keys)]
     panels = panels or PANELS[:1]
+    families = reward_by_family(RunFolder(metrics_path.parent).rollouts_dir)
+    if families:
+        panels.insert(1, ("reward by task family", families))
     cols = 4
     n_rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(n_rows, cols, figsize=(20, 4 * n_rows), squeeze=False)
     for ax, (title, keys) in zip(axes.flat, panels):
+        if isinstance(keys, dict):   # the family panel: family -> points
+            for family, pts in sorted(keys.items()):
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=family)
+            keys = []
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
             if pts:
