@@ -330,7 +330,10 @@ def eval_curator(
         groups: int = typer.Option(8, "--groups", min=1, help="groups to play (the first N of the split's)"),
         rollouts: int = typer.Option(2, "--rollouts", min=1, help="rollouts per group and arm"),
         overrides: list[str] = typer.Option([], "--set", help="KEY=VALUE over the config, as `skillos train`"),
-        out: Path = typer.Option(..., "--out", help="report folder; a rerun of the same command resumes in it")) -> None:
+        out: Path = typer.Option(..., "--out", help="report folder; a rerun of the same command resumes in it"),
+        untrained_from: Path | None = typer.Option(None, "--untrained-from", help="an earlier --out of the same "
+                                                   "plan with another adapter: its untrained arm is reused, "
+                                                   "not played again")) -> None:
     """The trained curator against the untrained one on held-out groups: the training loop's rollouts
     without an update, same groups, seeds and frozen executor, the adapter the only difference. Needs the
     stack (`skillos up --envs <env>`); writes eval.jsonl, eval.json and eval.md."""
@@ -345,7 +348,7 @@ def eval_curator(
     try:
         # the split's own groups, never a groups file the config may name (those are training groups)
         cfg = TrainConfig.from_options(config, None, None, [*overrides, f"data.split={split}", "data.groups_file=null"])
-        plan = EvalPlan(cfg, find_adapter(adapter), split, groups, rollouts, out)
+        plan = EvalPlan(cfg, find_adapter(adapter), split, groups, rollouts, out, untrained_from)
     except FileNotFoundError as e:
         fail(str(e))
     except ValueError as e:   # pydantic's ValidationError and EvalError too

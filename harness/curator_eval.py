@@ -6,7 +6,9 @@ Eq. 1's reward computed by the same code. The one difference is the adapter llam
 curator policy with: none (the untrained policy: a fresh LoRA adds zero) or the trained one.
 
 Rows go to ``eval.jsonl`` as each group finishes, so a rerun of the same command skips the (arm, group)s
-already played. ``eval.md`` pairs the arms per group (the groups are the independent units; a group's
+already played. The untrained arm does not depend on the adapter: ``untrained_from`` takes its rows from an
+earlier evaluation of the same plan (split, groups, rollouts, sampling, reward) with another adapter, so the
+points of a learning curve (the adapters of steps 5, 10, ...) each cost one arm. ``eval.md`` pairs the arms per group (the groups are the independent units; a group's
 value is the mean over its rollouts) with a paired bootstrap 95 % CI, and per task (same group, rollout
 index and executor seed) with McNemar for success.
 """
@@ -68,6 +70,7 @@ class EvalPlan:
     groups: int
     rollouts: int
     out: Path
+    untrained_from: Path | None = None
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -92,16 +95,23 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_plan(plan: EvalPlan, groups: list) -> None:
-    """What the rows of ``eval.jsonl`` were played with, kept in ``eval-plan.json``: a rerun into the same folder
-    resumes only the same evaluation (adapter, split, groups and their tasks, rollouts, sampling, reward)."""
-    cfg = plan.cfg
-    want = {"adapter_sha256": _sha256(plan.adapter), "split": plan.split, "rollouts": plan.rollouts,
+PLAN_FILE = "eval-plan.json"
+ADAPTER_KEY = "adapter_sha256"
+
+
+def _plan_record(plan: EvalPlan, groups: list) -> dict[str, Any]:
+    """What the rows of ``eval.jsonl`` are played with: adapter, split, groups and their tasks, rollouts,
+    sampling, reward."""
+    return {ADAPTER_KEY: _sha256(plan.adapter), "split": plan.split, "rollouts": plan.rollouts,
             "groups": {g.id: [t.id for t in g.tasks] for g in groups},
-            "config": cfg.model_dump(mode="json", include={"seed", "temperature", "top_p", "max_prompt_tokens",
-                                                           "max_response_tokens", "lambda_fc", "lambda_cnt",
-                                                           "lambda_comp", "model", "rollout"})}
-    path = plan.out / "eval-plan.json"
+            "config": plan.cfg.model_dump(mode="json", include={
+                "seed", "temperature", "top_p", "max_prompt_tokens", "max_response_tokens", "lambda_fc",
+                "lambda_cnt", "lambda_comp", "model", "rollout"})}
+
+
+def _check_plan(plan: EvalPlan, want: dict[str, Any]) -> None:
+    """Kept in ``eval-plan.json``: a rerun into the same folder resumes only the same evaluation."""
+    path = plan.out / PLAN_FILE
     if path.is_file():
         have = json.loads(path.read_text())
         differ = sorted(k for k in want if have.get(k) != want[k])
@@ -110,6 +120,29 @@ def _check_plan(plan: EvalPlan, groups: list) -> None:
                             "give another --out, or delete it to start again")
     else:
         path.write_text(json.dumps(want, indent=2))
+
+
+def reuse_untrained(plan: EvalPlan, want: dict[str, Any]) -> int:
+    """Copy into this evaluation's ``eval.jsonl`` the untrained arm's completed groups from
+    ``plan.untrained_from``, whose plan must be this one but for the adapter; how many were copied."""
+    src = plan.untrained_from
+    if src is None:
+        return 0
+    if not (src / PLAN_FILE).is_file():
+        raise EvalError(f"--untrained-from {src}: no {PLAN_FILE} there (not an eval-curator folder)")
+    have = json.loads((src / PLAN_FILE).read_text())
+    differ = sorted(k for k in want if k != ADAPTER_KEY and have.get(k) != want[k])
+    if differ:
+        raise EvalError(f"--untrained-from {src} played another plan (it differs in {', '.join(differ)}): its "
+                        "untrained arm is not this one's")
+    log_path = plan.out / "eval.jsonl"
+    done = {r["group"] for r in _rows(log_path) if r["arm"] == UNTRAINED and "dropped" not in r}
+    rows = [r for r in _rows(src / "eval.jsonl")
+            if r["arm"] == UNTRAINED and "dropped" not in r and r["group"] not in done and r["group"] in want["groups"]]
+    with log_path.open("a") as f:
+        for r in rows:
+            f.write(json.dumps({**r, "copied_from": str(src)}) + "\n")
+    return len(rows)
 
 
 def _row(arm: str, group, result) -> dict[str, Any]:
@@ -129,7 +162,11 @@ async def _play(plan: EvalPlan, settings: TrainerSettings) -> None:
     groups = load_groups(cfg, settings)[:plan.groups]
     if not groups:
         raise EvalError(f"no groups of {cfg.data.env} on split {plan.split!r}")
-    _check_plan(plan, groups)
+    want = _plan_record(plan, groups)
+    _check_plan(plan, want)
+    copied = reuse_untrained(plan, want)
+    if copied:
+        log.info("eval_untrained_reused", groups=copied, source=str(plan.untrained_from))
     log_path = plan.out / "eval.jsonl"
     done = {(r["arm"], r["group"]) for r in _rows(log_path) if "dropped" not in r}   # a dropped group plays again
     tokenizer = load_tokenizer(cfg.model.path, cfg.model.gguf_file)
@@ -208,6 +245,9 @@ def report(summary: dict[str, Any], plan: EvalPlan, command: str) -> str:
              (f"Adapter `{plan.adapter}`; {summary['groups']} groups played by both arms, {plan.rollouts} rollouts "
              f"each, temperature {plan.cfg.temperature}; per group the mean over its rollouts, paired bootstrap "
              "95 % CI over groups (trained minus untrained).")]
+    if plan.untrained_from is not None:
+        lines.append(f"The untrained arm's groups were played once, in `{plan.untrained_from}` (the same plan "
+                     "but the adapter), and copied here.")
     if summary["dropped_groups"]:
         lines.append(f"Left out (a rollout failed in either arm): {', '.join(summary['dropped_groups'])}.")
     lines += ["", "| measure | untrained | trained | Δ [95 % CI] |", "|---|---|---|---|"]
@@ -233,7 +273,8 @@ def evaluate(plan: EvalPlan, settings: TrainerSettings | None = None, command: s
     asyncio.run(_play(plan, settings))
     summary = compare(_rows(plan.out / "eval.jsonl"))
     summary.update({"adapter": str(plan.adapter), "split": plan.split, "rollouts": plan.rollouts,
-                    "command": command})
+                    "command": command,
+                    "untrained_from": str(plan.untrained_from) if plan.untrained_from is not None else None})
     (plan.out / "eval.json").write_text(json.dumps(summary, indent=2))
     (plan.out / "eval.md").write_text(report(summary, plan, command))
     return summary

@@ -82,7 +82,7 @@ def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
     from pathlib import Path
     from types import SimpleNamespace
 
-    from harness.curator_eval import EvalPlan, _check_plan, _rows
+    from harness.curator_eval import EvalPlan, _check_plan, _plan_record, _rows
     from services.trainer.config import TrainConfig
 
     cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs/train/cpu-qwen0.5b-served.yaml")
@@ -90,13 +90,14 @@ def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
     adapter.write_bytes(b"GGUF one")
     groups = [SimpleNamespace(id="g1", tasks=[SimpleNamespace(id="t1"), SimpleNamespace(id="t2")])]
     plan = EvalPlan(cfg, adapter, "valid", 1, 2, tmp_path)
-    _check_plan(plan, groups)
-    _check_plan(plan, groups)                                   # the same evaluation: resumes
+    _check_plan(plan, _plan_record(plan, groups))
+    _check_plan(plan, _plan_record(plan, groups))               # the same evaluation: resumes
     with pytest.raises(EvalError, match="differs in rollouts"):
-        _check_plan(EvalPlan(cfg, adapter, "valid", 1, 3, tmp_path), groups)
+        other = EvalPlan(cfg, adapter, "valid", 1, 3, tmp_path)
+        _check_plan(other, _plan_record(other, groups))
     adapter.write_bytes(b"GGUF two")
     with pytest.raises(EvalError, match="adapter_sha256"):
-        _check_plan(plan, groups)
+        _check_plan(plan, _plan_record(plan, groups))
 
     log = tmp_path / "eval.jsonl"
     log.write_text(json.dumps({"arm": "trained", "group": "g1", "dropped": "timeout"}) + "\n"
@@ -104,3 +105,44 @@ def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
                    + '{"arm": "untrained", "group": "g1", "rollo')   # killed mid-write
     rows = _rows(log)
     assert len(rows) == 1 and rows[0]["arm"] == "trained" and "dropped" not in rows[0]
+
+
+def test_the_untrained_arm_is_reused_from_the_same_plan_only(tmp_path):
+    """--untrained-from: an earlier evaluation's untrained groups are copied when its plan differs only in the
+    adapter; its trained arm, its dropped groups and groups this plan does not have are not."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harness.curator_eval import EvalPlan, _check_plan, _plan_record, _rows, reuse_untrained
+    from services.trainer.config import TrainConfig
+
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs/train/cpu-qwen0.5b-served.yaml")
+    groups = [SimpleNamespace(id=g, tasks=[SimpleNamespace(id=f"{g}-t0"), SimpleNamespace(id=f"{g}-t1")])
+              for g in ("g1", "g2")]
+    first, second = tmp_path / "step-5", tmp_path / "step-10"
+    for d, content in ((first, b"GGUF five"), (second, b"GGUF ten")):
+        d.mkdir()
+        (d / "adapter.gguf").write_bytes(content)
+    earlier = EvalPlan(cfg, first / "adapter.gguf", "valid", 2, 1, first)
+    _check_plan(earlier, _plan_record(earlier, groups))
+    played = [_row("untrained", "g1", [_rollout(0.0, 1.0, [True, False], 1)]),
+              _row("trained", "g1", [_rollout(1.0, 1.0, [True, True], 1)]),
+              {"arm": "untrained", "group": "g2", "family": "chain_sum", "dropped": "timeout"},
+              _row("untrained", "g9", [_rollout(0.0, 1.0, [True, False], 1)])]
+    (first / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in played))
+
+    plan = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 1, second, untrained_from=first)
+    want = _plan_record(plan, groups)
+    _check_plan(plan, want)
+    assert reuse_untrained(plan, want) == 1                      # g1's untrained row; g2 plays here
+    rows = _rows(second / "eval.jsonl")
+    assert [(r["arm"], r["group"], r["copied_from"]) for r in rows] == [("untrained", "g1", str(first))]
+    assert reuse_untrained(plan, want) == 0                      # a rerun copies nothing twice
+
+    other = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 2, tmp_path / "x", untrained_from=first)
+    with pytest.raises(EvalError, match="differs in rollouts"):
+        reuse_untrained(other, _plan_record(other, groups))
+    with pytest.raises(EvalError, match="no eval-plan.json"):
+        gone = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 1, second, untrained_from=tmp_path)
+        reuse_untrained(gone, want)
