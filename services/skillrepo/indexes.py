@@ -36,12 +36,16 @@ from skillos.logging import get_logger
 log = get_logger("skillrepo.index")
 
 
-@lru_cache(maxsize=200_000)
+# The token cache is for documents indexed again: a fork's load re-reads its parent's skills, an evicted repo
+# is loaded again. Bounded by entries, and each holds its skill's text (keys) with its tokens: ~1.6 KB for a
+# typical skill, so 20,000 entries are ~35 MB (200,000 held 160 MB after a 100k bulk import, 325 MB at a million)
+CACHED_TOKENS = 20_000  # a load bigger than this tokenizes past the cache (it would only churn it)
+CACHED_WRITE_MAX = 63   # a committed batch larger than this (a bulk import, a catch-up) has new texts: uncached
+
+
+@lru_cache(maxsize=CACHED_TOKENS)
 def _tokens(name: str, description: str, body: str) -> tuple[str, ...]:
     return tuple(document_tokens(name, description, body))
-
-
-CACHED_TOKENS = 20_000  # a load or catch-up bigger than this tokenizes past the cache (it would only churn it)
 WARM_MIN = 50_000  # an index this big gets its frequent terms' columns built after a load (BM25Index.warm)
 
 
@@ -146,7 +150,7 @@ class IndexManager:
     @staticmethod
     def _apply(idx: BM25Index, changes: Iterable[Change]) -> None:
         changes = [ch for ch in changes if ch.seq > idx.seq]
-        cached = len(changes) <= CACHED_TOKENS
+        cached = len(changes) <= CACHED_WRITE_MAX
         batch: list[tuple] = []
         for ch in changes:
             if ch.blob_hash is None:

@@ -239,6 +239,23 @@ def test_bulk_put_writes_versions_like_puts(db_url, tmp_path):
     svc.stop()
 
 
+def test_a_bulk_import_does_not_fill_the_token_cache(tmp_path):
+    """The token cache is for texts indexed again (a fork's load, a reloaded repo): a bulk import's new texts
+    would only pin their bodies in memory (160 MB after 100,000 skills when they were cached)."""
+    from services.skillrepo import indexes
+
+    svc = service(f"sqlite:///{tmp_path}/repo.db", None)
+    svc.create_repo("bulk")
+    svc.search("bulk", "warm")                                 # the index is loaded: writes are applied to it
+    before = indexes._tokens.cache_info().currsize
+    svc.bulk_put("bulk", ndjson(skills(300, "cachetest")))
+    assert indexes._tokens.cache_info().currsize == before
+    assert {h.name for h in svc.search("bulk", "cachetest", 300)} == {f"s-{i}" for i in range(300)}
+    svc.bulk_put("bulk", ndjson(skills(1, "one")))            # an interactive write's text is cached
+    assert indexes._tokens.cache_info().currsize == before + 1
+    svc.stop()
+
+
 def test_bulk_bad_input_is_refused_in_process(tmp_path):
     svc = service(f"sqlite:///{tmp_path}/r.db", None, max_bulk_skills=5)
     svc.create_repo("r")
