@@ -20,6 +20,7 @@ from services.trainer.metrics import (
     plot_report,
     read_metrics,
     reward_by_family,
+    write_report,
     write_rollouts,
 )
 from services.trainer.rollouts.curator_rewards import RewardParts
@@ -164,6 +165,10 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     # the report's family panel: each step's curator group by its family (agent rollouts have no total reward)
     assert reward_by_family(folder.rollouts_dir) == {"pick": [(1, 1.1), (2, 1.1), (3, 1.1)]}   # (0.6 + 1.6) / 2
     assert plot_report(folder.metrics, folder.train_report).stat().st_size > 0
+    assert write_report(out) == (folder.train_report, folder.train_report_md)
+    md = folder.train_report_md.read_text()
+    assert md.startswith("# Training run `train-run`: 3 GRPO steps") and "![metrics](report.png)" in md
+    assert "| 2 | pick-0, pick-1 | 1.000 | task 0.250 |" in md and "| pick | 1, 2, 3 | 1.100 | 1.100 | 1.100 |" in md
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

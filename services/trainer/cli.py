@@ -224,13 +224,14 @@ def train(
 
 
 def train_report(run_dir: Path = typer.Argument(..., help="a training output_dir")) -> None:
-    """Plot metrics.jsonl of a run into report.png."""
-    from services.trainer.metrics import plot_report
+    """The run's report: metrics.jsonl plotted into report.png, and report.md (a row per step, the reward by family)."""
+    from services.trainer.metrics import write_report
 
     folder = RunFolder(run_dir)
     if not folder.metrics.is_file():
         fail(f"{run_dir}/{METRICS} not found")
-    typer.echo(str(plot_report(folder.metrics, folder.train_report)))
+    for path in write_report(run_dir):
+        typer.echo(str(path))
 
 
 def register(app: typer.Typer, serve_app: typer.Typer) -> None:

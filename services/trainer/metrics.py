@@ -154,3 +154,62 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     fig.savefig(out_png, dpi=80)
     plt.close(fig)
     return out_png
+
+
+def _groups_by_step(rollouts_dir: Path) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for path in sorted(rollouts_dir.glob("step-*.jsonl")) if rollouts_dir.is_dir() else []:
+        groups = [json.loads(line).get("group") for line in path.read_text().splitlines() if line.strip()]
+        out[int(path.stem.split("-")[1])] = sorted({g for g in groups if g})
+    return out
+
+
+def _num(v: Any, fmt: str = ".3f") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+
+def render_report(output_dir: Path) -> str:
+    """report.md of a training run: what was trained, the figure, one row per step and the reward by family."""
+    folder = RunFolder(output_dir)
+    rows = read_metrics(folder.metrics)
+    cfg = json.loads(folder.train_config.read_text()) if folder.train_config.is_file() else {}
+    model, data, rollout = cfg.get("model", {}), cfg.get("data", {}), cfg.get("rollout", {})
+    groups = _groups_by_step(folder.rollouts_dir)
+    lines = [f"# Training run `{folder.path.name}`: {len(rows)} GRPO steps", ""]
+    if cfg:
+        lines += [(f"Policy `{model.get('path')}`" + (f" with LoRA (last {model.get('lora_layers') or 'all'} blocks)"
+                                                       if model.get("lora") else "")
+                   + f", {cfg.get('policy', 'curator')} policy; {data.get('env')} `{data.get('split')}`, "
+                   f"{cfg.get('groups_per_step')} group(s) a step, {cfg.get('rollouts_per_group')} rollouts each; "
+                   f"lr {cfg.get('lr')}, {cfg.get('steps')} steps planned; sync `{cfg.get('sync', {}).get('backend')}`"
+                   + (f", episodes of at most {rollout.get('max_turns')} turns" if data.get("env") != "reasoning"
+                      else "") + "."), ""]
+    lines += [f"![metrics]({folder.train_report.name})", "",
+              "| step | groups | reward | terms | valid calls | executor success | grad norm | rollout s | update s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reward = r.get("reward") or {}
+        total = reward.get("total", reward.get("outcome"))
+        terms = ", ".join(f"{k} {_num(v)}" for k, v in reward.items() if k not in ("total", "outcome"))
+        t, sig = r.get("time") or {}, r.get("signal") or {}
+        lines.append(f"| {r['step']} | {', '.join(groups.get(r['step'], [])) or '-'} | {_num(total)} | {terms or '-'} "
+                     f"| {_num(sig.get('call_valid_rate'), '.0%')} | {_num(r.get('success_rate'), '.0%')} "
+                     f"| {_num((r.get('update') or {}).get('grad_norm'), '.4f')} | {_num(t.get('rollout_s'), '.0f')} "
+                     f"| {_num(t.get('update_s'), '.0f')} |")
+    families = reward_by_family(folder.rollouts_dir)
+    if families:
+        lines += ["", ("Reward by task family (a group's mean over its rollouts; one group a step, so a trend is "
+                       "read within a family):"), "", "| family | steps | first | last | mean |", "|---|---|---|---|---|"]
+        for family, pts in sorted(families.items()):
+            vals = [v for _, v in pts]
+            lines.append(f"| {family} | {', '.join(str(s) for s, _ in pts)} | {_num(vals[0])} | {_num(vals[-1])} "
+                         f"| {_num(sum(vals) / len(vals))} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output_dir: Path) -> tuple[Path, Path]:
+    """report.png and report.md of a training run folder."""
+    folder = RunFolder(output_dir)
+    png = plot_report(folder.metrics, folder.train_report)
+    folder.train_report_md.write_text(render_report(output_dir))
+    return png, folder.train_report_md

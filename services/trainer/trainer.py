@@ -34,7 +34,7 @@ from services.trainer.grpo.policy import GenerationBatcher, apply_lora, load_pol
 from services.trainer.grpo.served import ServedGenerator, ServedPolicy
 from services.trainer.grpo.sync import WeightSync, export_adapter
 from services.trainer.grpo.update import update_policy
-from services.trainer.metrics import MetricsWriter, plot_report, write_rollouts
+from services.trainer.metrics import MetricsWriter, write_report, write_rollouts
 from services.trainer.rollouts.agent import (
     AgentContext,
     SkillRLBank,
@@ -280,7 +280,7 @@ class Trainer:
             for client in closing:
                 await client.aclose()
         if metrics.path.exists():
-            summary["report"] = str(plot_report(metrics.path, self.folder.train_report))
+            summary["report"] = str(write_report(self.out)[1])
         summary["end_step"] = step
         self.folder.summary.write_text(json.dumps(to_dict(TrainSummary.model_validate(summary)), indent=2))
         return summary

@@ -64,6 +64,7 @@ TRAIN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 ROLLOUTS_DIR = "rollouts"
 TRAIN_REPORT = "report.png"
+TRAIN_REPORT_MD = "report.md"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
 ADAPTERS_DIR = "adapters"        # a LoRA run's adapter per checkpoint: peft's files and the llama.cpp GGUF
@@ -152,6 +153,10 @@ class RunFolder:
     @property
     def train_report(self) -> Path:
         return self.path / TRAIN_REPORT
+
+    @property
+    def train_report_md(self) -> Path:
+        return self.path / TRAIN_REPORT_MD
 
     @property
     def tensorboard_dir(self) -> Path:

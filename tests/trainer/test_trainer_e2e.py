@@ -105,6 +105,7 @@ def test_tiny_training_run_kill9_mid_step_and_resume(stack, tmp_path):
     assert summary["start_step"] == 1 and summary["end_step"] == 2
     assert latest.read_text().strip() == "step-000002"
     assert (out / "report.png").stat().st_size > 0
+    assert (out / "report.md").read_text().startswith("# Training run `run`: 2 GRPO steps")
     assert any((out / "tensorboard").iterdir())
 
 
