@@ -8,9 +8,12 @@ curator policy with: none (the untrained policy: a fresh LoRA adds zero) or the 
 Rows go to ``eval.jsonl`` as each group finishes, so a rerun of the same command skips the (arm, group)s
 already played. The untrained arm does not depend on the adapter: ``untrained_from`` takes its rows from an
 earlier evaluation of the same plan (split, groups, rollouts, sampling, reward) with another adapter, so the
-points of a learning curve (the adapters of steps 5, 10, ...) each cost one arm. ``eval.md`` pairs the arms per group (the groups are the independent units; a group's
-value is the mean over its rollouts) with a paired bootstrap 95 % CI, and per task (same group, rollout
-index and executor seed) with McNemar for success.
+points of a learning curve (the adapters of steps 5, 10, ...) each cost one arm. The stack (the executor's
+model, the judge) is not in the plan: reuse rows played on the same stack.
+
+``eval.md`` pairs the arms per group (the groups are the independent units; a group's value is the mean over
+its rollouts) with a paired bootstrap 95 % CI, and per task (same group, rollout index and executor seed) with
+McNemar for success.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def _plan_record(plan: EvalPlan, groups: list) -> dict[str, Any]:
             "groups": {g.id: [t.id for t in g.tasks] for g in groups},
             "config": plan.cfg.model_dump(mode="json", include={
                 "seed", "temperature", "top_p", "max_prompt_tokens", "max_response_tokens", "lambda_fc",
-                "lambda_cnt", "lambda_comp", "model", "rollout"})}
+                "lambda_cnt", "lambda_comp", "model", "rollout", "sync"})}
 
 
 def _check_plan(plan: EvalPlan, want: dict[str, Any]) -> None:
@@ -141,7 +144,8 @@ def reuse_untrained(plan: EvalPlan, want: dict[str, Any]) -> int:
             if r["arm"] == UNTRAINED and "dropped" not in r and r["group"] not in done and r["group"] in want["groups"]]
     with log_path.open("a") as f:
         for r in rows:
-            f.write(json.dumps({**r, "copied_from": str(src)}) + "\n")
+            # the folder that played it (a row the source had copied keeps its own origin)
+            f.write(json.dumps({**r, "copied_from": r.get("copied_from", str(src))}) + "\n")
     return len(rows)
 
 
@@ -245,9 +249,9 @@ def report(summary: dict[str, Any], plan: EvalPlan, command: str) -> str:
              (f"Adapter `{plan.adapter}`; {summary['groups']} groups played by both arms, {plan.rollouts} rollouts "
              f"each, temperature {plan.cfg.temperature}; per group the mean over its rollouts, paired bootstrap "
              "95 % CI over groups (trained minus untrained).")]
-    if plan.untrained_from is not None:
-        lines.append(f"The untrained arm's groups were played once, in `{plan.untrained_from}` (the same plan "
-                     "but the adapter), and copied here.")
+    for src, n in summary.get("untrained_copied", {}).items():
+        lines.append(f"{n} of the untrained arm's groups were played in `{src}` (the same plan but the adapter) "
+                     "and copied here.")
     if summary["dropped_groups"]:
         lines.append(f"Left out (a rollout failed in either arm): {', '.join(summary['dropped_groups'])}.")
     lines += ["", "| measure | untrained | trained | Δ [95 % CI] |", "|---|---|---|---|"]
@@ -271,10 +275,12 @@ def evaluate(plan: EvalPlan, settings: TrainerSettings | None = None, command: s
     plan.out.mkdir(parents=True, exist_ok=True)
     settings = settings or TrainerSettings()
     asyncio.run(_play(plan, settings))
-    summary = compare(_rows(plan.out / "eval.jsonl"))
+    rows = _rows(plan.out / "eval.jsonl")
+    summary = compare(rows)
     summary.update({"adapter": str(plan.adapter), "split": plan.split, "rollouts": plan.rollouts,
                     "command": command,
-                    "untrained_from": str(plan.untrained_from) if plan.untrained_from is not None else None})
+                    "untrained_copied": dict(Counter(r["copied_from"] for r in rows
+                                                     if r["arm"] == UNTRAINED and "copied_from" in r))})
     (plan.out / "eval.json").write_text(json.dumps(summary, indent=2))
     (plan.out / "eval.md").write_text(report(summary, plan, command))
     return summary

@@ -20,6 +20,7 @@ from services.trainer.metrics import (
     plot_report,
     read_metrics,
     reward_by_family,
+    task_family,
     write_report,
     write_rollouts,
 )
@@ -142,8 +143,8 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     for step in (1, 2, 3):
         metrics.write(step, {"reward": {"total": 0.5 * step, "task": 0.25}, "success_rate": 0.5,
                              "ops": {"new_skill_insert": 0.5}, "time": {"rollout_s": 3.0}})
-        groups = [SimpleNamespace(group_id="pick-0", rollouts=[_curator_rollout(0), _curator_rollout(1)]),
-                  SimpleNamespace(group_id="pick-1", rollouts=[_agent_rollout(0), _agent_rollout(1)])]
+        groups = [SimpleNamespace(group_id="alfworld-pick-0000", rollouts=[_curator_rollout(0), _curator_rollout(1)]),
+                  SimpleNamespace(group_id="alfworld-look-0001", rollouts=[_agent_rollout(0), _agent_rollout(1)])]
         assert write_rollouts(out, step, groups) == folder.rollouts(step)
     metrics.close()
     assert folder.rollouts(3).name == rollouts_file_name(3) == "step-000003.jsonl"
@@ -153,22 +154,32 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
         {"step": 1, "reward": {"total": 0.5, "task": 0.25}, "success_rate": 0.5, "ops": {"new_skill_insert": 0.5},
          "time": {"rollout_s": 3.0}})
     assert folder.rollouts(1).read_text().splitlines()[0] == json.dumps(
-        {"group": "pick-0", **_curator_rollout(0).log_row()}, ensure_ascii=False)
+        {"group": "alfworld-pick-0000", **_curator_rollout(0).log_row()}, ensure_ascii=False)
 
     rows = list(read_jsonl(folder.metrics, MetricsRow))
     assert [r.step for r in rows] == [1, 2, 3] and rows[1].reward == {"total": 1.0, "task": 0.25}
     assert read_metrics(folder.metrics) == [to_dict(r) for r in rows]
     rollouts = list(read_jsonl(folder.rollouts(2), RolloutRow))
-    assert [(r.group, r.rollout) for r in rollouts] == [("pick-0", 0), ("pick-0", 1), ("pick-1", 0), ("pick-1", 1)]
+    assert [(r.group, r.rollout) for r in rollouts] == [("alfworld-pick-0000", 0), ("alfworld-pick-0000", 1),
+                                                        ("alfworld-look-0001", 0), ("alfworld-look-0001", 1)]
     assert rollouts[0].reward["total"] == 0.6 and rollouts[2].samples[0]["segment"] == "act"
 
-    # the report's family panel: each step's curator group by its family (agent rollouts have no total reward)
-    assert reward_by_family(folder.rollouts_dir) == {"pick": [(1, 1.1), (2, 1.1), (3, 1.1)]}   # (0.6 + 1.6) / 2
+    # the report's family panel: each step's groups by family, the curator's Eq. 1 total and the agent's outcome;
+    # a group id without a family is left out, and so are steps metrics.jsonl does not have (redone on a resume)
+    by_family = {"pick": [(1, 1.1), (2, 1.1), (3, 1.1)], "look": [(1, 0.5), (2, 0.5), (3, 0.5)]}  # (0.6 + 1.6) / 2
+    assert reward_by_family(folder.rollouts_dir) == by_family
+    assert reward_by_family(folder.rollouts_dir, {1, 3}) == {k: [v[0], v[2]] for k, v in by_family.items()}
+    assert [task_family(g) for g in ("reasoning-gsm_symbolic-0130", "alfworld-pick_two-0003", "reasoning-00012",
+                                     "pick-0")] == ["gsm_symbolic", "pick_two", None, None]
+    with folder.rollouts(3).open("a") as f:
+        f.write('{"group": "alfworld-pick-0000", "rollo')         # a live file's torn last line is skipped
+    assert reward_by_family(folder.rollouts_dir) == by_family
     assert plot_report(folder.metrics, folder.train_report).stat().st_size > 0
     assert write_report(out) == (folder.train_report, folder.train_report_md)
     md = folder.train_report_md.read_text()
     assert md.startswith("# Training run `train-run`: 3 GRPO steps") and "![metrics](report.png)" in md
-    assert "| 2 | pick-0, pick-1 | 1.000 | task 0.250 |" in md and "| pick | 1, 2, 3 | 1.100 | 1.100 | 1.100 |" in md
+    assert "| 2 | alfworld-look-0001, alfworld-pick-0000 | 1.000 | task 0.250 |" in md
+    assert "| pick | 1, 2, 3 | 1.100 | 1.100 | 1.100 |" in md and "| look | 1, 2, 3 | 0.500 |" in md
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

@@ -37,15 +37,19 @@ log = get_logger("skillrepo.index")
 
 
 # The token cache is for documents indexed again: a fork's load re-reads its parent's skills, an evicted repo
-# is loaded again. Bounded by entries, and each holds its skill's text (keys) with its tokens: ~1.6 KB for a
-# typical skill, so 20,000 entries are ~35 MB (200,000 held 160 MB after a 100k bulk import, 325 MB at a million)
-CACHED_TOKENS = 20_000  # a load bigger than this tokenizes past the cache (it would only churn it)
+# is loaded again. Bounded by entries, and each holds its skill's text (the keys) with its tokens, ~1.6 KB for a
+# typical skill: 50,000 entries are ~80 MB. A bulk import's texts are not cached (they held 160 MB after
+# 100,000 skills, ~325 MB at the old bound of 200,000 entries, for no hit).
+CACHED_TOKENS = 20_000  # a load bigger than this tokenizes past the cache (it would only churn it); and an
+#                         apply of more changes hands freed heap back (`_trim`)
 CACHED_WRITE_MAX = 63   # a committed batch larger than this (a bulk import, a catch-up) has new texts: uncached
 
 
-@lru_cache(maxsize=CACHED_TOKENS)
+@lru_cache(maxsize=50_000)   # room for two loads of CACHED_TOKENS, and the interactive writes
 def _tokens(name: str, description: str, body: str) -> tuple[str, ...]:
     return tuple(document_tokens(name, description, body))
+
+
 WARM_MIN = 50_000  # an index this big gets its frequent terms' columns built after a load (BM25Index.warm)
 
 

@@ -1,17 +1,18 @@
-"""Per-step metrics: JSONL (the record), TensorBoard (live view) and a plotted report.
+"""Per-step metrics: JSONL (the record), TensorBoard (live view) and a report (``report.png``, ``report.md``).
 
 The files and their rows are the run folder's contract (`skillos.protocol.runs`): ``metrics.jsonl``
-(`MetricsRow`), ``rollouts/step-*.jsonl`` (`RolloutRow`), ``tensorboard/``, ``report.png``.
+(`MetricsRow`), ``rollouts/step-*.jsonl`` (`RolloutRow`), ``tensorboard/``, ``report.png``, ``report.md``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
-from skillos.protocol.runs import MetricsRow, RolloutRow, RunFolder, read_jsonl, to_dict
+from skillos.protocol.runs import ROLLOUTS_FILE, MetricsRow, RolloutRow, RunFolder, read_jsonl, to_dict
 
 
 class MetricsWriter:
@@ -93,25 +94,42 @@ PANELS = [
 ]
 
 
-def task_family(group_id: str) -> str:
-    """The task family of a group id `<env>-<family>-<NNNN>` (group_by_family's and group_by_type's)."""
-    head = group_id.rsplit("-", 1)[0]
-    return head.split("-", 1)[1] if "-" in head else head
+_GROUP_ID = re.compile(r"^[^-]+-(?P<family>.+)-\d+$")
 
 
-def reward_by_family(rollouts_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """family -> [(step, the group's mean total reward)], from rollouts/step-*.jsonl (curator runs)."""
-    out: dict[str, list[tuple[int, float]]] = {}
+def task_family(group_id: str) -> str | None:
+    """The task family of a group id `<env>-<family>-<NNNN>` (group_by_family's and group_by_type's); None for
+    other ids (`skillos group reasoning`'s chains are `<env>-<NNNNN>`: no family in them)."""
+    m = _GROUP_ID.match(group_id)
+    return m.group("family") if m else None
+
+
+def _rollout_rows(rollouts_dir: Path, steps: set[int] | None) -> dict[int, list[RolloutRow]]:
+    """step -> its rollout rows (a torn last line of a live file skipped), for ``steps`` (those in metrics.jsonl:
+    a resume redoes the steps after its checkpoint, and their files stay until then) or all."""
+    out: dict[int, list[RolloutRow]] = {}
     for path in sorted(rollouts_dir.glob("step-*.jsonl")) if rollouts_dir.is_dir() else []:
-        step = int(path.stem.split("-")[1])
+        m = ROLLOUTS_FILE.match(path.name)
+        if m and (steps is None or int(m["step"]) in steps):
+            out[int(m["step"])] = list(read_jsonl(path, RolloutRow))
+    return out
+
+
+def reward_by_family(rollouts_dir: Path, steps: set[int] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """family -> [(step, a group's mean reward over its rollouts)]: Eq. 1's total for the curator, the outcome for
+    the agent; groups whose id names no family are left out."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for step, rows in _rollout_rows(rollouts_dir, steps).items():
         by_group: dict[str, list[float]] = {}
-        for line in path.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
-            total = (row.get("reward") or {}).get("total")
-            if isinstance(total, (int, float)) and "group" in row:
-                by_group.setdefault(row["group"], []).append(total)
-        for group, totals in sorted(by_group.items()):
-            out.setdefault(task_family(group), []).append((step, sum(totals) / len(totals)))
+        for row in rows:
+            extra = to_dict(row)
+            value = (extra.get("reward") or {}).get("total", extra.get("outcome"))
+            if isinstance(value, (int, float)):
+                by_group.setdefault(row.group, []).append(value)
+        for group, values in sorted(by_group.items()):
+            family = task_family(group)
+            if family is not None:
+                out.setdefault(family, []).append((step, sum(values) / len(values)))
     return out
 
 
@@ -128,7 +146,7 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     # the panels this run has numbers for (a curator run has no agent panels, and the reverse)
     panels = [(t, keys) for t, keys in PANELS if any(isinstance(r.get(k), (int, float)) for r in rows for k in keys)]
     panels = panels or PANELS[:1]
-    families = reward_by_family(RunFolder(metrics_path.parent).rollouts_dir)
+    families = reward_by_family(RunFolder(metrics_path.parent).rollouts_dir, {int(r["step"]) for r in rows})
     if families:
         panels.insert(1, ("reward by task family", families))
     cols = 4
@@ -156,12 +174,8 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     return out_png
 
 
-def _groups_by_step(rollouts_dir: Path) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for path in sorted(rollouts_dir.glob("step-*.jsonl")) if rollouts_dir.is_dir() else []:
-        groups = [json.loads(line).get("group") for line in path.read_text().splitlines() if line.strip()]
-        out[int(path.stem.split("-")[1])] = sorted({g for g in groups if g})
-    return out
+def _groups_by_step(rollouts_dir: Path, steps: set[int]) -> dict[int, list[str]]:
+    return {step: sorted({r.group for r in rows}) for step, rows in _rollout_rows(rollouts_dir, steps).items()}
 
 
 def _num(v: Any, fmt: str = ".3f") -> str:
@@ -174,11 +188,12 @@ def render_report(output_dir: Path) -> str:
     rows = read_metrics(folder.metrics)
     cfg = json.loads(folder.train_config.read_text()) if folder.train_config.is_file() else {}
     model, data, rollout = cfg.get("model", {}), cfg.get("data", {}), cfg.get("rollout", {})
-    groups = _groups_by_step(folder.rollouts_dir)
+    steps = {r["step"] for r in rows}
+    groups = _groups_by_step(folder.rollouts_dir, steps)
     lines = [f"# Training run `{folder.path.name}`: {len(rows)} GRPO steps", ""]
     if cfg:
-        lines += [(f"Policy `{model.get('path')}`" + (f" with LoRA (last {model.get('lora_layers') or 'all'} blocks)"
-                                                       if model.get("lora") else "")
+        blocks = f"the last {model['lora_layers']} blocks" if model.get("lora_layers") else "every block"
+        lines += [(f"Policy `{model.get('path')}`" + (f" with LoRA on {blocks}" if model.get("lora") else "")
                    + f", {cfg.get('policy', 'curator')} policy; {data.get('env')} `{data.get('split')}`, "
                    f"{cfg.get('groups_per_step')} group(s) a step, {cfg.get('rollouts_per_group')} rollouts each; "
                    f"lr {cfg.get('lr')}, {cfg.get('steps')} steps planned; sync `{cfg.get('sync', {}).get('backend')}`"
@@ -196,10 +211,11 @@ def render_report(output_dir: Path) -> str:
                      f"| {_num(sig.get('call_valid_rate'), '.0%')} | {_num(r.get('success_rate'), '.0%')} "
                      f"| {_num((r.get('update') or {}).get('grad_norm'), '.4f')} | {_num(t.get('rollout_s'), '.0f')} "
                      f"| {_num(t.get('update_s'), '.0f')} |")
-    families = reward_by_family(folder.rollouts_dir)
+    families = reward_by_family(folder.rollouts_dir, steps)
     if families:
-        lines += ["", ("Reward by task family (a group's mean over its rollouts; one group a step, so a trend is "
-                       "read within a family):"), "", "| family | steps | first | last | mean |", "|---|---|---|---|---|"]
+        lines += ["", ("Reward by task family (each group's mean over its rollouts, in step order: with a few groups "
+                       "a step, the plain curve mostly records which families were drawn, so a trend is read within "
+                       "one):"), "", "| family | steps | first | last | mean |", "|---|---|---|---|---|"]
         for family, pts in sorted(families.items()):
             vals = [v for _, v in pts]
             lines.append(f"| {family} | {', '.join(str(s) for s, _ in pts)} | {_num(vals[0])} | {_num(vals[-1])} "
@@ -208,7 +224,7 @@ def render_report(output_dir: Path) -> str:
 
 
 def write_report(output_dir: Path) -> tuple[Path, Path]:
-    """report.png and report.md of a training run folder."""
+    """report.png and report.md of a training run folder (`skillos train` at its end, `skillos train-report`)."""
     folder = RunFolder(output_dir)
     png = plot_report(folder.metrics, folder.train_report)
     folder.train_report_md.write_text(render_report(output_dir))

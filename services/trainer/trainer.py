@@ -280,7 +280,7 @@ class Trainer:
             for client in closing:
                 await client.aclose()
         if metrics.path.exists():
-            summary["report"] = str(write_report(self.out)[1])
+            summary["report"], summary["report_md"] = (str(p) for p in write_report(self.out))
         summary["end_step"] = step
         self.folder.summary.write_text(json.dumps(to_dict(TrainSummary.model_validate(summary)), indent=2))
         return summary

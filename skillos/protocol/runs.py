@@ -27,8 +27,8 @@ A **training run** (`skillos train`'s ``output_dir``; written by `services.train
     metrics.jsonl              MetricsRow per line, one per step (nested metric families, free-form)
     rollouts/step-<step:06d>.jsonl
                                RolloutRow per line, one per rollout of that step (rewritten when a step is redone)
-    summary.json               TrainSummary, at the end: first and last step, the plotted report
-    report.png, tensorboard/, checkpoints/
+    summary.json               TrainSummary, at the end: first and last step, the report's two files
+    report.png, report.md, tensorboard/, checkpoints/, adapters/
 
 Every model allows extra fields: a row may carry free-form data (a method's own measures, a metric
 family), and a writer may add fields without breaking older readers. Fields are optional with the
@@ -276,6 +276,7 @@ class TrainSummary(_Row):
 
     start_step: int = 0
     report: str | None = None   # the plotted report.png (when metrics were written)
+    report_md: str | None = None   # report.md beside it: a row per step, the reward by task family
     end_step: int | None = None
 
 

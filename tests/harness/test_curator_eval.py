@@ -135,10 +135,21 @@ def test_the_untrained_arm_is_reused_from_the_same_plan_only(tmp_path):
     plan = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 1, second, untrained_from=first)
     want = _plan_record(plan, groups)
     _check_plan(plan, want)
-    assert reuse_untrained(plan, want) == 1                      # g1's untrained row; g2 plays here
+    # this folder had g1 dropped in its untrained arm: the completed copy takes its place
+    (second / "eval.jsonl").write_text(json.dumps({"arm": "untrained", "group": "g1", "dropped": "timeout"}) + "\n")
+    assert reuse_untrained(plan, want) == 1                      # g1's untrained row, not g2's dropped one
     rows = _rows(second / "eval.jsonl")
     assert [(r["arm"], r["group"], r["copied_from"]) for r in rows] == [("untrained", "g1", str(first))]
+    assert "dropped" not in rows[0] and rows[0]["rollouts"] == played[0]["rollouts"]
     assert reuse_untrained(plan, want) == 0                      # a rerun copies nothing twice
+
+    # a chain (step 15 from step 10, which copied from step 5) names the folder that played the row
+    third = tmp_path / "step-15"
+    third.mkdir()
+    (third / "adapter.gguf").write_bytes(b"GGUF fifteen")
+    chained = EvalPlan(cfg, third / "adapter.gguf", "valid", 2, 1, third, untrained_from=second)
+    assert reuse_untrained(chained, _plan_record(chained, groups)) == 1
+    assert _rows(third / "eval.jsonl")[0]["copied_from"] == str(first)
 
     other = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 2, tmp_path / "x", untrained_from=first)
     with pytest.raises(EvalError, match="differs in rollouts"):
