@@ -33,6 +33,7 @@ from skillos.protocol.runs import (
     to_dict,
 )
 from skillos.stream import TaskRecord
+from skillos.textguard import without_lone_surrogates
 
 
 @dataclass
@@ -357,7 +358,9 @@ class RunLog:
         os.replace(tmp, path)
 
     def task(self, record: TaskRecord) -> None:
-        line = json.dumps(to_dict(TaskEntry.model_validate(record.to_dict())), ensure_ascii=False, default=str) + "\n"
+        # a model's text parsed from JSON can hold a lone surrogate, which UTF-8 cannot: recorded as U+FFFD
+        line = without_lone_surrogates(json.dumps(to_dict(TaskEntry.model_validate(record.to_dict())),
+                                                  ensure_ascii=False, default=str)) + "\n"
         with self.tasks_path.open("a", encoding="utf-8") as f:
             f.write(line)
 
@@ -374,8 +377,8 @@ def write_task_records(runs: list[StreamRun], out: Path) -> None:
     for run in runs:
         for r in run.records:
             path = folder.task_file(run.method, run.seed, r.position)
-            path.write_text(json.dumps(to_dict(TaskEntry.model_validate(r.to_dict())), indent=2, ensure_ascii=False,
-                                       default=str))
+            path.write_text(without_lone_surrogates(json.dumps(to_dict(TaskEntry.model_validate(r.to_dict())),
+                                                               indent=2, ensure_ascii=False, default=str)))
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> None:

@@ -41,6 +41,15 @@ def bad_char(s: str) -> str | None:
     return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD: what a record of untrusted text (a model's completion cut
+    inside a character, decoded from a ``\\ud83c`` escape) must become before UTF-8 or pydantic take it."""
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
+
+
 def decimal(text: str, maximum: int) -> int | None:
     """``text`` as a whole number from 0 to ``maximum``, or None. Only ASCII digits: '²' is a digit to
     ``str.isdigit`` and ``int('²')`` raises; the length is checked before ``int()``, which refuses

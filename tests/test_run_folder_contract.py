@@ -193,6 +193,19 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     assert [r["step"] for r in RunStore(tmp_path).steps(info).rows] == [1.0, 2.0]
 
 
+def test_a_completion_cut_inside_a_character_is_recorded_not_fatal(tmp_path):
+    """A served completion can end in a lone surrogate (an emoji cut at the token budget, decoded from a
+    ``\\ud83c`` escape): UTF-8 cannot hold it, and writing it raised and ended the 0.5B learning run at step 4.
+    It is recorded as U+FFFD, and the line reads back through the contract."""
+    cut = SimpleNamespace(log_row=lambda: {**_curator_rollout(0).log_row(), "decisions": [
+        {"completion": '{"calls": [{"name": "new_skill_insert", "arguments": {"content": "done \ud83c', "calls": []}]})
+    groups = [SimpleNamespace(group_id="reasoning-gsm_symbolic-0001", rollouts=[cut, _curator_rollout(1)])]
+    path = write_rollouts(tmp_path, 4, groups)
+    rows = list(read_jsonl(path, RolloutRow))
+    assert [r.rollout for r in rows] == [0, 1]
+    assert to_dict(rows[0])["decisions"][0]["completion"].endswith('"done \ufffd')
+
+
 def _evidence_folders() -> list[Path]:
     names = {"run.json", "summary.json", "tasks.jsonl", "tasks", "metrics.jsonl"}
     return sorted({p.parent for p in EVIDENCE.rglob("*") if p.name in names})

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from skillos.protocol.runs import ROLLOUTS_FILE, MetricsRow, RolloutRow, RunFolder, read_jsonl, to_dict
+from skillos.textguard import without_lone_surrogates
 
 
 class MetricsWriter:
@@ -71,11 +72,13 @@ def write_rollouts(output_dir: Path, step: int, groups) -> Path:
     agent its tasks' outcomes and method records and its samples' credit), rewritten when a step is redone."""
     path = RunFolder(output_dir).rollouts(step)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    with path.open("w", encoding="utf-8") as f:
         for g in groups:
             for r in g.rollouts:
                 line = to_dict(RolloutRow.model_validate({"group": g.group_id, **r.log_row()}))
-                f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                # a completion may end inside a character (a lone surrogate): UTF-8 cannot hold it, and the
+                # record of a step must not stop the run (it did, at step 4 of the 0.5B learning run)
+                f.write(without_lone_surrogates(json.dumps(line, ensure_ascii=False, default=str)) + "\n")
     return path
 
 
