@@ -66,12 +66,17 @@ def _trim() -> None:
 
 class IndexManager:
     def __init__(self, store: Store, max_repos: int = 4096, files: IndexFiles | None = None,
-                 persist_min: int = 20_000, save_changes: int = 20_000, save_interval_s: float = 60.0):
+                 persist_min: int = 20_000, save_changes: int = 20_000, save_interval_s: float = 60.0,
+                 save_quiet_s: float = 5.0):
         self.store = store
         self.max_repos = max_repos
         self.files, self.persist_min = files, persist_min
-        self.save_changes, self.save_interval_s = save_changes, save_interval_s
+        self.save_changes, self.save_interval_s, self.save_quiet_s = save_changes, save_interval_s, save_quiet_s
         self.saved: dict[int, tuple[int, float]] = {}  # repo id -> (seq of its file, when written or read)
+        # repo id -> (the index's seq when `due` last looked, since when it has been that): a save waits for
+        # the writes to pause; and when `due` first saw a repo never saved
+        self._still: dict[int, tuple[int, float]] = {}
+        self._first_seen: dict[int, float] = {}
         self._indexes: OrderedDict[int, BM25Index] = OrderedDict()
         self._lock = threading.Lock()            # guards the LRU dict
         self._repo_locks: dict[int, threading.Lock] = {}  # one catch-up at a time per repo
@@ -245,15 +250,31 @@ class IndexManager:
         return True
 
     def due(self, final: bool = False) -> list[int]:
-        """Loaded indexes big enough to keep whose file is missing or behind (``final``: behind at all)."""
-        out = []
+        """Loaded indexes big enough to keep whose file is missing or behind (``final``: behind at all).
+
+        Besides ``final``, a save waits for the repo's writes to pause for ``save_quiet_s``: a save compacts and
+        writes the whole index, and during a bulk import it took 15 % of the service's CPU for a file the
+        import made stale at once. A repo written without pause is saved all the same once its file is
+        ``10 * save_interval_s`` old, which bounds what a restart after a kill has to catch up."""
+        out, now = [], time.monotonic()
         for rid in self.loaded():
             idx = self.peek(rid)
             if self.files is None or idx is None or len(idx) < self.persist_min:
                 continue
-            seq, when = self.saved.get(rid, (-1, 0.0))
-            if seq < 0 or (final and idx.seq > seq) or (
-                    idx.seq - seq >= self.save_changes and time.monotonic() - when >= self.save_interval_s):
+            seq_then, still_since = self._still.get(rid, (None, now))
+            if seq_then != idx.seq:
+                self._still[rid] = (idx.seq, now)
+                still_since = now
+            seq, when = self.saved.get(rid, (-1, None))
+            if when is None:
+                when = self._first_seen.setdefault(rid, now)
+            if final:
+                if seq < 0 or idx.seq > seq:
+                    out.append(rid)
+                continue
+            behind = seq < 0 or (idx.seq - seq >= self.save_changes and now - when >= self.save_interval_s)
+            settled = now - still_since >= self.save_quiet_s or now - when >= 10 * self.save_interval_s
+            if behind and settled:
                 out.append(rid)
         return out
 

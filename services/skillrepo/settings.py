@@ -50,11 +50,14 @@ class SkillRepoSettings(InboundAuthSettings):
     # persisted indexes (index_files.py): a folder of this replica's own (an emptyDir or volume); a restart
     # reads a big repo's index from it instead of re-tokenizing the repo (1M skills: seconds, not minutes).
     # Empty: off. Repos of at least index_persist_min_skills are saved, then every index_save_changes
-    # changes (at most every index_save_interval_s) and at shutdown
+    # changes (at most every index_save_interval_s) and at shutdown; a save waits for the repo's writes to
+    # pause for index_save_quiet_s (a bulk import is not slowed by saves of the index it is growing), or for
+    # the file to be 10 x index_save_interval_s old when they never pause
     index_dir: str = ""
     index_persist_min_skills: int = 20_000
     index_save_changes: int = 20_000
     index_save_interval_s: float = 60.0
+    index_save_quiet_s: float = 5.0
     # POST /v1/repos/{repo}/bulk (NDJSON, one skill per line): skills per request, within max_request_bytes
     max_bulk_skills: int = 20_000
     # how often a replica checks the database for changes it may have missed (seconds)

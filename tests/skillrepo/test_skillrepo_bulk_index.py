@@ -48,7 +48,8 @@ def db_url(request, tmp_path):
 
 def service(url: str, index_dir, **kw) -> SkillRepoService:
     return SkillRepoService(SkillRepoSettings(database_url=url, redis_url=None, sync_interval_s=3600, dense_search=False,
-                                              index_dir=str(index_dir or ""), index_persist_min_skills=10, **kw))
+                                              index_dir=str(index_dir or ""), index_persist_min_skills=10,
+                                              **{"index_save_quiet_s": 0.0, **kw}))
 
 
 def answers(svc: SkillRepoService, repo: str) -> list:
@@ -83,6 +84,44 @@ def restarted(url: str, tmp_path, repo: str) -> tuple[SkillRepoService, object]:
     svc = service(url, tmp_path)
     rid, seq = svc.store.repo_seq(repo)
     return svc, svc.indexes.get(rid, seq)
+
+
+def test_a_save_waits_for_the_writes_to_pause(tmp_path):
+    """A save compacts and writes the whole index: not while a bulk import is still growing it (15 % of the
+    service's CPU at a million skills), but once the writes pause, or once the file is 10 save intervals old."""
+    import time
+
+    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=0.6,
+                  index_save_interval_s=0.1, index_save_changes=1)   # a file 1 s old is saved regardless
+    repo = "quiet"
+    svc.create_repo(repo)
+    svc.bulk_put(repo, ndjson(skills(100)))
+    svc.search(repo, "mug", 5)
+    rid = svc.store.repo_seq(repo)[0]
+    assert svc.indexes.due() == []                    # just written: the import may go on
+    time.sleep(0.7)
+    assert svc.indexes.due() == [rid]                 # paused (and 0.7 s < 1 s): saved now
+    svc.indexes.save_due()
+    svc.bulk_put(repo, ndjson(skills(100, "more", start=100)))
+    assert svc.indexes.due() == []
+    time.sleep(0.3)
+    svc.bulk_put(repo, ndjson(skills(100, "again", start=200)))
+    time.sleep(0.4)
+    assert svc.indexes.due() == []                    # 0.7 s since the save, but written since the last look
+    assert svc.indexes.due(final=True) == [rid]       # at shutdown: saved whatever the writes do
+    svc.stop()
+
+    # writes that never pause: saved once the file is 10 intervals old
+    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=60.0,
+                  index_save_interval_s=0.05, index_save_changes=1)
+    svc.search(repo, "mug", 5)
+    svc.indexes.save_due(final=True)
+    svc.bulk_put(repo, ndjson(skills(100, "yet", start=300)))
+    assert svc.indexes.due() == []
+    time.sleep(0.55)
+    svc.bulk_put(repo, ndjson(skills(100, "still", start=400)))
+    assert svc.indexes.due() == [rid]
+    svc.stop()
 
 
 def test_saved_index_is_read_back_and_caught_up(db_url, tmp_path):
