@@ -67,12 +67,14 @@ def _trim() -> None:
 class IndexManager:
     def __init__(self, store: Store, max_repos: int = 4096, files: IndexFiles | None = None,
                  persist_min: int = 20_000, save_changes: int = 20_000, save_interval_s: float = 60.0,
-                 save_quiet_s: float = 5.0):
+                 save_quiet_s: float = 5.0, save_max_age_s: float = 600.0, clock=time.monotonic):
         self.store = store
         self.max_repos = max_repos
         self.files, self.persist_min = files, persist_min
-        self.save_changes, self.save_interval_s, self.save_quiet_s = save_changes, save_interval_s, save_quiet_s
-        self.saved: dict[int, tuple[int, float]] = {}  # repo id -> (seq of its file, when written or read)
+        self.save_changes, self.save_interval_s = save_changes, save_interval_s
+        self.save_quiet_s, self.save_max_age_s = save_quiet_s, save_max_age_s
+        self.clock = clock
+        self.saved: dict[int, tuple[int, float]] = {}  # repo id -> (seq of its file, when it was written)
         # repo id -> (the index's seq when `due` last looked, since when it has been that): a save waits for
         # the writes to pause; and when `due` first saw a repo never saved
         self._still: dict[int, tuple[int, float]] = {}
@@ -99,7 +101,8 @@ class IndexManager:
             self._indexes.pop(repo_id, None)
         if self.files is not None:
             self.files.discard(repo_id)
-            self.saved.pop(repo_id, None)
+            for kept in (self.saved, self._still, self._first_seen):
+                kept.pop(repo_id, None)
 
     def get(self, repo_id: int, seq: int) -> BM25Index | None:
         """The repo's index reflecting at least ``seq``; None when the repo is gone."""
@@ -151,7 +154,12 @@ class IndexManager:
             if str(e) != "no file":
                 log.warning("index_file_refused", repo_id=repo_id, reason=str(e)[:300])
             return None
-        self.saved[repo_id] = (idx.seq, time.monotonic())
+        # the file's own age, so that a file read after restarts is not taken for a fresh one
+        try:
+            age = max(0.0, time.time() - self.files.path(repo_id).stat().st_mtime)
+        except OSError:
+            age = 0.0
+        self.saved[repo_id] = (idx.seq, self.clock() - age)
         log.info("index_file_loaded", repo_id=repo_id, skills=len(idx), seq=idx.seq, behind=db_seq - idx.seq,
                  seconds=round(time.monotonic() - start, 2))
         return idx
@@ -244,7 +252,7 @@ class IndexManager:
         if found is None:
             return False
         size = self.files.save(repo_id, found[1], state, self.store.version_at(repo_id, seq) if seq else None)
-        self.saved[repo_id] = (seq, time.monotonic())
+        self.saved[repo_id] = (seq, self.clock())
         log.info("index_saved", repo_id=repo_id, skills=len(idx), seq=seq, mb=round(size / 2**20, 1),
                  seconds=round(time.monotonic() - start, 2))
         return True
@@ -252,11 +260,13 @@ class IndexManager:
     def due(self, final: bool = False) -> list[int]:
         """Loaded indexes big enough to keep whose file is missing or behind (``final``: behind at all).
 
-        Besides ``final``, a save waits for the repo's writes to pause for ``save_quiet_s``: a save compacts and
-        writes the whole index, and during a bulk import it took 15 % of the service's CPU for a file the
-        import made stale at once. A repo written without pause is saved all the same once its file is
-        ``10 * save_interval_s`` old, which bounds what a restart after a kill has to catch up."""
-        out, now = [], time.monotonic()
+        Besides ``final``, a save waits for the repo's writes to pause for ``save_quiet_s`` (noticed when this
+        looks, every sync interval): a save compacts and writes the whole index, and during a bulk import it
+        took 15 % of the service's CPU for a file the import made stale at once. A repo written without pause
+        is saved all the same once its file is ``save_max_age_s`` old (or, never saved, once it has been
+        loaded that long). The price: a replica killed during a long import restarts from an older file, or
+        from the database when the repo had none (a million skills: ~90 s instead of seconds)."""
+        out, now = [], self.clock()
         for rid in self.loaded():
             idx = self.peek(rid)
             if self.files is None or idx is None or len(idx) < self.persist_min:
@@ -273,7 +283,7 @@ class IndexManager:
                     out.append(rid)
                 continue
             behind = seq < 0 or (idx.seq - seq >= self.save_changes and now - when >= self.save_interval_s)
-            settled = now - still_since >= self.save_quiet_s or now - when >= 10 * self.save_interval_s
+            settled = now - still_since >= self.save_quiet_s or now - when >= self.save_max_age_s
             if behind and settled:
                 out.append(rid)
         return out

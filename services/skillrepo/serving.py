@@ -215,7 +215,7 @@ class SkillRepoService:
         s = self.settings
         self.indexes = IndexManager(self.store, s.index_cache_repos, IndexFiles(s.index_dir) if s.index_dir else None,
                                     s.index_persist_min_skills, s.index_save_changes, s.index_save_interval_s,
-                                    s.index_save_quiet_s)
+                                    s.index_save_quiet_s, s.index_save_max_age_s)
         self.texts = BlobTexts(self.store)
         self.dense = DenseIndexes(
             lambda: Encoder(self.settings.embedding_model or None, int8=self.settings.embedding_int8),

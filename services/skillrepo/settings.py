@@ -52,12 +52,14 @@ class SkillRepoSettings(InboundAuthSettings):
     # Empty: off. Repos of at least index_persist_min_skills are saved, then every index_save_changes
     # changes (at most every index_save_interval_s) and at shutdown; a save waits for the repo's writes to
     # pause for index_save_quiet_s (a bulk import is not slowed by saves of the index it is growing), or for
-    # the file to be 10 x index_save_interval_s old when they never pause
+    # the file to be index_save_max_age_s old when they never pause (what a restart after a kill may have to
+    # catch up: a replica killed mid-import restarts from the older file, or from the table without one)
     index_dir: str = ""
     index_persist_min_skills: int = 20_000
     index_save_changes: int = 20_000
     index_save_interval_s: float = 60.0
     index_save_quiet_s: float = 5.0
+    index_save_max_age_s: float = 600.0
     # POST /v1/repos/{repo}/bulk (NDJSON, one skill per line): skills per request, within max_request_bytes
     max_bulk_skills: int = 20_000
     # how often a replica checks the database for changes it may have missed (seconds)

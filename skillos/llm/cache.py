@@ -34,7 +34,9 @@ def cacheable(body: dict) -> bool:
 
 
 def key_of(body: dict, server: str = "") -> str:
-    return hashlib.sha256(json.dumps([server, body], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    # surrogatepass: a body may carry a lone surrogate (a model's parsed text); the key is a hash, not text
+    text = json.dumps([server, body], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class CompletionCache:

@@ -86,41 +86,55 @@ def restarted(url: str, tmp_path, repo: str) -> tuple[SkillRepoService, object]:
     return svc, svc.indexes.get(rid, seq)
 
 
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_save_waits_for_the_writes_to_pause(tmp_path):
     """A save compacts and writes the whole index: not while a bulk import is still growing it (15 % of the
-    service's CPU at a million skills), but once the writes pause, or once the file is 10 save intervals old."""
-    import time
-
-    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=0.6,
-                  index_save_interval_s=0.1, index_save_changes=1)   # a file 1 s old is saved regardless
+    service's CPU at a million skills), but once the writes pause, or once the file is save_max_age_s old."""
+    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=5.0,
+                  index_save_interval_s=1.0, index_save_max_age_s=60.0, index_save_changes=1)
+    svc.indexes.clock = clock = Clock()
     repo = "quiet"
     svc.create_repo(repo)
     svc.bulk_put(repo, ndjson(skills(100)))
     svc.search(repo, "mug", 5)
     rid = svc.store.repo_seq(repo)[0]
-    assert svc.indexes.due() == []                    # just written: the import may go on
-    time.sleep(0.7)
-    assert svc.indexes.due() == [rid]                 # paused (and 0.7 s < 1 s): saved now
-    svc.indexes.save_due()
-    svc.bulk_put(repo, ndjson(skills(100, "more", start=100)))
+    assert svc.indexes.due() == []                    # never saved, but just written: the import may go on
+    clock.now += 4
     assert svc.indexes.due() == []
-    time.sleep(0.3)
-    svc.bulk_put(repo, ndjson(skills(100, "again", start=200)))
-    time.sleep(0.4)
-    assert svc.indexes.due() == []                    # 0.7 s since the save, but written since the last look
+    clock.now += 1
+    assert svc.indexes.due() == [rid]                 # 5 s without a write: saved now
+    svc.indexes.save_due()
+    assert svc.indexes.due() == []
+    for _ in range(11):                               # a write every 5 s (seen at each look) for 55 s
+        svc.bulk_put(repo, ndjson(skills(10, f"w{clock.now}", start=100)))
+        clock.now += 5
+        assert svc.indexes.due() == []
     assert svc.indexes.due(final=True) == [rid]       # at shutdown: saved whatever the writes do
+    svc.bulk_put(repo, ndjson(skills(10, "last", start=100)))
+    clock.now += 5
+    assert svc.indexes.due() == [rid]                 # the file is 60 s old: saved though the writes go on
+    svc.indexes.save_due()
     svc.stop()
 
-    # writes that never pause: saved once the file is 10 intervals old
-    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=60.0,
-                  index_save_interval_s=0.05, index_save_changes=1)
-    svc.search(repo, "mug", 5)
-    svc.indexes.save_due(final=True)
-    svc.bulk_put(repo, ndjson(skills(100, "yet", start=300)))
-    assert svc.indexes.due() == []
-    time.sleep(0.55)
-    svc.bulk_put(repo, ndjson(skills(100, "still", start=400)))
-    assert svc.indexes.due() == [rid]
+    # read back after a restart, the file counts with its own age (its mtime), not as new
+    import os
+
+    path = svc.indexes.files.path(rid)
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime - 3600))
+    svc = service(f"sqlite:///{tmp_path}/repo.db", tmp_path / "idx", index_save_quiet_s=5.0,
+                  index_save_interval_s=1.0, index_save_max_age_s=60.0, index_save_changes=1)
+    svc.indexes.clock = clock = Clock()
+    svc.bulk_put(repo, ndjson(skills(10, "after", start=100)))
+    svc.search(repo, "mug", 5)                        # reads the file, catches up the write
+    assert svc.indexes.saved[rid][1] <= clock.now - 3600
+    assert svc.indexes.due() == [rid]                 # behind, and its file an hour old
     svc.stop()
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from skillos.textguard import without_lone_surrogates
+
 FIELDS = ("topics", "skills", "concepts", "heuristics", "pitfalls")
 
 INSTRUCTION = (
@@ -80,8 +82,9 @@ class AnnotationCache:
                "seconds": round(seconds, 3), "annotation": annotation.model_dump()}
         self.entries[key] = row
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:  # append-only: a crash loses at most the line in flight
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with self.path.open("a", encoding="utf-8") as f:  # append-only: a crash loses at most the line in flight
+            # the annotation is parsed from a model's JSON: a lone surrogate there is written as U+FFFD
+            f.write(without_lone_surrogates(json.dumps(row, ensure_ascii=False)) + "\n")
 
 
 def parse_annotation(content: str) -> Annotation:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skillos.textguard import without_lone_surrogates
+
 
 @dataclass
 class GroupTask:
@@ -26,7 +28,7 @@ class TaskGroup:
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. {"type": "pick", "mode": "natural"}
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return without_lone_surrogates(json.dumps(asdict(self), ensure_ascii=False))   # (a model's text in meta)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskGroup:
