@@ -30,7 +30,6 @@ from skillos.acting.demos import demos_block
 from skillos.acting.options import ActingOptions
 from skillos.acting.state import held_back, state_of
 from skillos.protocol.executor import RetrievedSkill
-from skillos.textguard import without_lone_surrogates
 
 MAX_SKILL_CHARS = 1500  # per skill body: keeps 5 skills inside a small model's context
 MAX_OBS_CHARS = 2000
@@ -129,12 +128,9 @@ def system_prompt(env: str, action_format: str = "json", generic_demo: bool = Tr
 def assistant_turn(action: str, thought: str = "", action_format: str = "json") -> str:
     """A decision as the model writes it (the thought kept: without it, a small model copies the bare
     actions of its history, stops thinking and repeats itself)."""
-    # both come from the model's own text, parsed: a lone surrogate there would make the next request body
-    # text no encoder takes, so it goes back as U+FFFD
-    thought, action = without_lone_surrogates(_clip(thought, 400)), without_lone_surrogates(action)
     if action_format == "json":
-        return json.dumps({"thought": thought, "action": action}, ensure_ascii=False)
-    return (f"<think>{thought}</think>\n" if thought else "") + f"<action>{action}</action>"
+        return json.dumps({"thought": _clip(thought, 400), "action": action}, ensure_ascii=False)
+    return (f"<think>{_clip(thought, 400)}</think>\n" if thought else "") + f"<action>{action}</action>"
 
 
 def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -> dict | None:

@@ -10,7 +10,6 @@ from skillos.acting.prompt import (
     HISTORY_CHUNK,
     action_schema,
     agent_messages,
-    assistant_turn,
     hide_more,
     judge_messages,
     show_observation,
@@ -285,15 +284,3 @@ def test_ask_fitting_hides_until_it_fits_and_stops_when_nothing_is_left():
         ask(other)
     assert len(other.asked) == 1                                       # not a context error: no second try
 
-
-def test_a_lone_surrogate_in_the_models_own_text_goes_back_as_a_replacement_character():
-    """A thought parsed from the model's JSON can hold a lone surrogate (an emoji cut at the token budget):
-    written back into the history it would make the next request body text no encoder takes (and the LLM
-    cache's key), so the turn carries U+FFFD; the cache key of such a body is computed all the same."""
-    from skillos.llm.cache import key_of
-
-    for fmt in ("json", "tags"):
-        turn = assistant_turn("go to desk 1", "found it \ud83c", action_format=fmt)
-        turn.encode("utf-8")
-        assert "found it \ufffd" in (json.loads(turn)["thought"] if fmt == "json" else turn)
-    assert len(key_of({"messages": [{"role": "assistant", "content": "cut \ud83c"}]})) == 64

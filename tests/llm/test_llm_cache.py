@@ -79,3 +79,12 @@ def test_a_damaged_row_is_a_miss(servers, tmp_path):
     result = _chat(a, str(path), seed=1)
     assert handler.calls == 2 and not result.cached and result.content.startswith("answer 2")
     assert CompletionCache(path).get({"x": 1}) is None
+
+
+def test_the_key_of_a_body_with_a_lone_surrogate_is_computed():
+    """A model's parsed text can hold a lone surrogate (an emoji cut at the token budget) and come back in a
+    later request: the key is a hash of the body, so it must not need the text to be valid UTF-8."""
+    from skillos.llm.cache import key_of
+
+    assert len(key_of({"messages": [{"role": "assistant", "content": "cut \ud83c"}]})) == 64
+    assert key_of({"a": "cut \ud83c"}) != key_of({"a": "cut \ufffd"})
