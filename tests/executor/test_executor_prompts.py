@@ -283,4 +283,3 @@ def test_ask_fitting_hides_until_it_fits_and_stops_when_nothing_is_left():
     with pytest.raises(LLMError):
         ask(other)
     assert len(other.asked) == 1                                       # not a context error: no second try
-
