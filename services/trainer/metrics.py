@@ -121,8 +121,12 @@ def _rollout_rows(rollouts_dir: Path, steps: set[int] | None) -> dict[int, list[
 def reward_by_family(rollouts_dir: Path, steps: set[int] | None = None) -> dict[str, list[tuple[int, float]]]:
     """family -> [(step, a group's mean reward over its rollouts)]: Eq. 1's total for the curator, the outcome for
     the agent; groups whose id names no family are left out."""
+    return _families(_rollout_rows(rollouts_dir, steps))
+
+
+def _families(rollouts: dict[int, list[RolloutRow]]) -> dict[str, list[tuple[int, float]]]:
     out: dict[str, list[tuple[int, float]]] = {}
-    for step, rows in _rollout_rows(rollouts_dir, steps).items():
+    for step, rows in rollouts.items():
         by_group: dict[str, list[float]] = {}
         for row in rows:
             extra = to_dict(row)
@@ -136,7 +140,8 @@ def reward_by_family(rollouts_dir: Path, steps: set[int] | None = None) -> dict[
     return out
 
 
-def plot_report(metrics_path: Path, out_png: Path) -> Path:
+def plot_report(metrics_path: Path, out_png: Path,
+                families: dict[str, list[tuple[int, float]]] | None = None) -> Path:
     """One figure with a panel per metric family, from metrics.jsonl; and, for a curator run, the reward of each
     step's groups by task family (rollouts/): one group a step makes the plain reward curve mostly a record of
     which family was drawn, so a trend is read within a family."""
@@ -149,7 +154,8 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     # the panels this run has numbers for (a curator run has no agent panels, and the reverse)
     panels = [(t, keys) for t, keys in PANELS if any(isinstance(r.get(k), (int, float)) for r in rows for k in keys)]
     panels = panels or PANELS[:1]
-    families = reward_by_family(RunFolder(metrics_path.parent).rollouts_dir, {int(r["step"]) for r in rows})
+    if families is None:
+        families = reward_by_family(RunFolder(metrics_path.parent).rollouts_dir, {int(r["step"]) for r in rows})
     if families:
         panels.insert(1, ("reward by task family", families))
     cols = 4
@@ -177,22 +183,15 @@ def plot_report(metrics_path: Path, out_png: Path) -> Path:
     return out_png
 
 
-def _groups_by_step(rollouts_dir: Path, steps: set[int]) -> dict[int, list[str]]:
-    return {step: sorted({r.group for r in rows}) for step, rows in _rollout_rows(rollouts_dir, steps).items()}
-
-
 def _num(v: Any, fmt: str = ".3f") -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-def render_report(output_dir: Path) -> str:
+def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[int, list[RolloutRow]]) -> str:
     """report.md of a training run: what was trained, the figure, one row per step and the reward by family."""
-    folder = RunFolder(output_dir)
-    rows = read_metrics(folder.metrics)
     cfg = json.loads(folder.train_config.read_text()) if folder.train_config.is_file() else {}
     model, data, rollout = cfg.get("model", {}), cfg.get("data", {}), cfg.get("rollout", {})
-    steps = {r["step"] for r in rows}
-    groups = _groups_by_step(folder.rollouts_dir, steps)
+    groups = {step: sorted({r.group for r in kept}) for step, kept in rollouts.items()}
     lines = [f"# Training run `{folder.path.name}`: {len(rows)} GRPO steps", ""]
     if cfg:
         blocks = f"the last {model['lora_layers']} blocks" if model.get("lora_layers") else "every block"
@@ -214,7 +213,7 @@ def render_report(output_dir: Path) -> str:
                      f"| {_num(sig.get('call_valid_rate'), '.0%')} | {_num(r.get('success_rate'), '.0%')} "
                      f"| {_num((r.get('update') or {}).get('grad_norm'), '.4f')} | {_num(t.get('rollout_s'), '.0f')} "
                      f"| {_num(t.get('update_s'), '.0f')} |")
-    families = reward_by_family(folder.rollouts_dir, steps)
+    families = _families(rollouts)
     if families:
         lines += ["", ("Reward by task family (each group's mean over its rollouts, in step order: with a few groups "
                        "a step, the plain curve mostly records which families were drawn, so a trend is read within "
@@ -229,6 +228,8 @@ def render_report(output_dir: Path) -> str:
 def write_report(output_dir: Path) -> tuple[Path, Path]:
     """report.png and report.md of a training run folder (`skillos train` at its end, `skillos train-report`)."""
     folder = RunFolder(output_dir)
-    png = plot_report(folder.metrics, folder.train_report)
-    folder.train_report_md.write_text(render_report(output_dir))
+    rows = read_metrics(folder.metrics)
+    rollouts = _rollout_rows(folder.rollouts_dir, {r["step"] for r in rows})   # read once for both files
+    png = plot_report(folder.metrics, folder.train_report, _families(rollouts))
+    folder.train_report_md.write_text(render_report(folder, rows, rollouts))
     return png, folder.train_report_md
