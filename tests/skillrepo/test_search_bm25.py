@@ -206,3 +206,65 @@ def test_export_in_chunks_with_writes_between_is_one_moment():
     assert back.documents() == idx.documents() and back.documents()["s3"] == (2, "f" * 64)
     for q in (["apple"], ["late", "mug"], ["u17", "pan", "pan"]):
         assert back.search(q, 5) == idx.search(q, 5)
+
+
+def _reference_tokenize(text: str) -> list[str]:
+    """The module doc's definition, written plainly: NFKD to ASCII, lower-case, split on _SPLIT, normalize."""
+    import unicodedata
+
+    from services.skillrepo.search import _SPLIT, _norm_token
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return [n for n in map(_norm_token, _SPLIT.split(folded.lower())) if n]
+
+
+def test_tokenizer_agrees_with_its_definition_on_random_text():
+    rng = random.Random(11)
+    alphabet = "abcXYZ019 -_.,;:!?/\\\t\n\r\x00\x7f\"'()[]{}#*éÉüßﬁ½²Ωπ漢😀\u00a0\u2028"
+    texts = ["", " ", "-", "a", "Apples", "glass-bottles 2x", "the THE tHe", "ﬁsh ＡＢＣ", "Ça va? naïve café"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    texts += [" ".join(rng.choice(WORDS + ["ss", "bus", "glasses", "is", "us"]) for _ in range(20)) for _ in range(200)]
+    for text in texts:
+        assert tokenize(text) == _reference_tokenize(text), repr(text)
+    # the document's tokens are the fields' tokens, name and description twice (a multiset)
+    for _ in range(200):
+        name, desc, body = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 8))) for _ in range(3))
+        name = name.replace(" ", "-")
+        want = (_reference_tokenize(name.replace("-", " ")) * 2 + _reference_tokenize(desc) * 2
+                + _reference_tokenize(body))
+        assert sorted(document_tokens(name, desc, body)) == sorted(want)
+
+
+@pytest.mark.parametrize("small_query", [BM25Index.SMALL_QUERY, 0], ids=["python-path", "numpy-path"])
+def test_bulk_segments_agree_with_reference_through_mixed_writes(small_query):
+    """Bulk writes land as segments merged like a binary counter's digits; between them single upserts,
+    replacements of bulk-written names, removals and rebuilds: every answer stays the reference's."""
+    rng = random.Random(21)
+    idx = BM25Index()
+    idx.SMALL_QUERY, idx.BATCH = small_query, 150  # several chunks, so segments, per call
+    docs: dict[str, list[str]] = {}
+    most_segments = 0
+    for step in range(40):
+        batch = [(f"s{rng.randint(0, 3000)}", random_doc(rng) + [f"u{rng.randint(0, 500)}"], step)
+                 for _ in range(rng.randint(64, 700))]
+        idx.upsert_many(batch)
+        docs.update((n, t) for n, t, _ in batch)
+        most_segments = max(most_segments, len(idx.segments))
+        for _ in range(rng.randint(0, 30)):
+            if not removed_one(rng, idx, docs, 0.4):
+                name, toks = f"s{rng.randint(0, 3000)}", random_doc(rng)
+                idx.upsert(name, toks)
+                docs[name] = toks
+        for _ in range(3):
+            query = [rng.choice(WORDS) for _ in range(rng.randint(1, 5))] + [f"u{rng.randint(0, 500)}"]
+            ref = _fast_reference(docs, query)
+            got = idx.scores(query)
+            assert got.keys() == ref.keys()
+            assert all(got[k] == pytest.approx(ref[k], rel=1e-9) for k in ref)
+            expect = sorted(ref.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+            assert [n for n, _, _ in idx.search(query, 5)] == [n for n, _ in expect]
+    assert idx.rebuilds > 0 and 1 < most_segments <= 12
+    assert idx._columns or small_query  # on the numpy path, columns that segments updated
+    for segment in idx.segments:  # each: terms ascending, each term's slots ascending
+        assert (np.diff(segment.terms) > 0).all()
+        for i in range(len(segment.terms)):
+            assert (np.diff(segment.slots[segment.ptr[i]:segment.ptr[i + 1]]) > 0).all()
