@@ -156,7 +156,7 @@ class Segment:
     terms they hold: ``terms`` ascending, term ``terms[i]`` has slots ``slots[ptr[i]:ptr[i + 1]]``
     (ascending) with those tfs. Every slot of a later segment is above every slot of an earlier one."""
 
-    __slots__ = ("terms", "ptr", "slots", "tfs")
+    __slots__ = ("ptr", "slots", "terms", "tfs")
 
     def __init__(self, terms: np.ndarray, ptr: np.ndarray, slots: np.ndarray, tfs: np.ndarray):
         self.terms, self.ptr, self.slots, self.tfs = terms, ptr, slots, tfs
