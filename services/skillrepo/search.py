@@ -352,7 +352,7 @@ class BM25Index:
                 if part is not None:
                     col[part[0]] = self._quanta(idf, part[1], dl[part[0]])
             del dl
-        if tails:
+        if tails and segment.entries:
             self.segments.append(segment)
             # sizes kept like a binary counter's digits: O(log n) segments, each entry merged O(log n) times
             while len(self.segments) > 1 and self.segments[-1].entries >= self.segments[-2].entries:

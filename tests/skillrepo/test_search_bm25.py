@@ -268,3 +268,12 @@ def test_bulk_segments_agree_with_reference_through_mixed_writes(small_query):
         assert (np.diff(segment.terms) > 0).all()
         for i in range(len(segment.terms)):
             assert (np.diff(segment.slots[segment.ptr[i]:segment.ptr[i + 1]]) > 0).all()
+
+
+def test_a_bulk_batch_of_empty_documents_and_a_later_one():
+    idx = BM25Index()
+    idx.upsert_many([(f"e{i}", [], i) for i in range(100)])  # no postings: no segment
+    assert len(idx) == 100 and idx.segments == [] and idx.scores(["apple"]) == {}
+    idx.upsert_many([(f"e{i}", ["apple"] * (i % 3 + 1) if i % 2 else [], i) for i in range(100)])
+    docs = {f"e{i}": ["apple"] * (i % 3 + 1) if i % 2 else [] for i in range(100)}
+    assert idx.scores(["apple"]) == pytest.approx(_fast_reference(docs, ["apple"]), rel=1e-12)
