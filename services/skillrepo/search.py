@@ -76,16 +76,30 @@ _SEPARATORS = bytes.maketrans(bytes(c for c in range(256) if not (48 <= c <= 57 
                               b" " * (256 - 36))
 
 
-def tokenize(text: str) -> list[str]:
+def raw_tokens(text: str) -> list[str]:
+    """The text split as `tokenize` splits it, before stop words and plurals (`_norm_token`)."""
     if text.isascii():
-        raw = text.encode("ascii").lower().translate(_SEPARATORS).decode("ascii").split()
-    else:
-        raw = (unicodedata.normalize("NFKD", text).encode("ascii", "ignore").lower()
-               .translate(_SEPARATORS).decode("ascii").split())
+        return text.encode("ascii").lower().translate(_SEPARATORS).decode("ascii").split()
+    return (unicodedata.normalize("NFKD", text).encode("ascii", "ignore").lower()
+            .translate(_SEPARATORS).decode("ascii").split())
+
+
+def tokenize(text: str) -> list[str]:
+    raw = raw_tokens(text)
+    try:
+        return list(filter(None, map(_NORM.__getitem__, raw)))
+    except KeyError:  # tokens not seen before (a bulk import's skills have a few each: ids, numbers)
+        pass
+    for t in set(raw).difference(_NORM):
+        if len(t) <= _NORM_KEEP:
+            _NORM[t] = _norm_token(t)
+    if len(_NORM) > _NORM_MAX:
+        _NORM.clear()  # unique tokens (numbers, ids) must not grow it without bound: the slow path below
     try:
         return list(filter(None, map(_NORM.__getitem__, raw)))
     except KeyError:
-        # never index _NORM again here: another thread may empty it between our insert and our read
+        # another thread emptied _NORM meanwhile, or a token is too long to keep: one step per token,
+        # never indexing _NORM again between an insert and a read
         out = []
         for t in raw:
             n = _NORM.get(t)
@@ -317,6 +331,7 @@ class BM25Index:
             for t in set(flat).difference(self.vocab):
                 self._term_id(t)
             ids = np.fromiter(map(lookup, flat), np.int32, count=len(flat))
+        doc = np.repeat(np.arange(n_new, dtype=np.int64), lens)
         del flat
         self.slot_of.update(zip(names, range(first, first + n_new)))
         self.names.extend(names)
@@ -326,7 +341,6 @@ class BM25Index:
         self.alive.extend(b"\x01" * n_new)
         self.generation += n_new
         # (document, term) pairs with their counts, sorted by document then term
-        doc = np.repeat(np.arange(n_new, dtype=np.int64), lens)
         keys, tf = np.unique((doc << 32) | ids, return_counts=True)
         del doc, ids
         slot = ((keys >> 32) + first).astype(np.int32)

@@ -277,3 +277,16 @@ def test_a_bulk_batch_of_empty_documents_and_a_later_one():
     idx.upsert_many([(f"e{i}", ["apple"] * (i % 3 + 1) if i % 2 else [], i) for i in range(100)])
     docs = {f"e{i}": ["apple"] * (i % 3 + 1) if i % 2 else [] for i in range(100)}
     assert idx.scores(["apple"]) == pytest.approx(_fast_reference(docs, ["apple"]), rel=1e-12)
+
+
+def test_the_token_memo_stays_bounded_by_unique_tokens(monkeypatch):
+    from services.skillrepo import search
+
+    monkeypatch.setattr(search, "_NORM_MAX", 500)
+    search._NORM.clear()
+    for i in range(5000):  # every text has tokens never seen before (a bulk import's ids and numbers)
+        text = f"Apples n{i} id-{i}x {'z' * 50}{i} the glasses"
+        assert tokenize(text) == _reference_tokenize(text)
+        assert len(search._NORM) <= 500 + 10
+    search._NORM.clear()
+
