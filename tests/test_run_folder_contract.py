@@ -20,6 +20,7 @@ from services.trainer.metrics import (
     plot_report,
     read_metrics,
     reward_by_family,
+    spread_by_family,
     task_family,
     write_report,
     write_rollouts,
@@ -180,6 +181,13 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     assert md.startswith("# Training run `train-run`: 3 GRPO steps") and "![metrics](report.png)" in md
     assert "| 2 | alfworld-look-0001, alfworld-pick-0000 | 1.000 | task 0.250 |" in md
     assert "| pick | 1, 2, 3 | 1.100 | 1.100 | 1.100 |" in md and "| look | 1, 2, 3 | 0.500 |" in md
+    # where the spread within groups comes from: the totals 0.6 and 1.6 (std 0.5), r_task 0.5 in both rollouts;
+    # the agent's groups have no Eq. 1 reward
+    assert "| pick | 3 | 0.500 | 3 of 3 | 0.500 | 0.000 |" in md and "| look | 3 |" not in md
+    weights = {"task": 1.0, "fc": 1.0, "cnt": 0.1}
+    spread = spread_by_family({1: list(read_jsonl(folder.rollouts(1), RolloutRow))}, weights)
+    assert spread["pick"]["groups"] == 1 and spread["pick"]["std"] == pytest.approx(
+        {"total": 0.5, "task": 0.0, "fc": 0.0, "cnt": 0.0})
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

@@ -140,6 +140,39 @@ def _families(rollouts: dict[int, list[RolloutRow]]) -> dict[str, list[tuple[int
     return out
 
 
+def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """family -> where the reward's spread within its groups comes from. GRPO learns from that spread alone
+    (the advantage is a rollout's reward minus its group's mean, over the group's std), so a term that is the
+    same for every rollout of a group teaches nothing however large it is. Per family: the groups, the mean
+    r_task, how many groups had the same r_task in every rollout, and the mean over groups of the standard
+    deviation across rollouts of the total and of each term times its weight in Eq. 1 (``weights``)."""
+    by_group: dict[tuple[int, str], list[dict[str, float]]] = {}
+    for step, rows in rollouts.items():
+        for row in rows:
+            reward = to_dict(row).get("reward")
+            if isinstance(reward, dict) and isinstance(reward.get("total"), (int, float)):
+                by_group.setdefault((step, row.group), []).append(reward)
+    out: dict[str, dict[str, Any]] = {}
+    for (_, group), rewards in sorted(by_group.items()):
+        family = task_family(group)
+        if family is None or len(rewards) < 2:
+            continue
+        f = out.setdefault(family, {"groups": 0, "task": 0.0, "flat_task": 0, "std": {}})
+        f["groups"] += 1
+        tasks = [r.get("task", 0.0) for r in rewards]
+        f["task"] += sum(tasks) / len(tasks)
+        f["flat_task"] += max(tasks) == min(tasks)
+        for term, weight in {"total": 1.0, **weights}.items():
+            values = [weight * r.get(term, 0.0) for r in rewards]
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+            f["std"][term] = f["std"].get(term, 0.0) + std
+    for f in out.values():
+        f["task"] /= f["groups"]
+        f["std"] = {term: total / f["groups"] for term, total in f["std"].items()}
+    return out
+
+
 def plot_report(metrics_path: Path, out_png: Path,
                 families: dict[str, list[tuple[int, float]]] | None = None) -> Path:
     """One figure with a panel per metric family, from metrics.jsonl; and, for a curator run, the reward of each
@@ -222,6 +255,21 @@ def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[
             vals = [v for _, v in pts]
             lines.append(f"| {family} | {', '.join(str(s) for s, _ in pts)} | {_num(vals[0])} | {_num(vals[-1])} "
                          f"| {_num(sum(vals) / len(vals))} |")
+    weights = {"task": 1.0, **{term: cfg[f"lambda_{term}"] for term in ("fc", "cnt", "comp") if f"lambda_{term}" in cfg}}
+    spread = spread_by_family(rollouts, weights)
+    if spread:
+        terms = [t for t in weights if any(t in f["std"] for f in spread.values())]
+        lines += ["", ("Where the reward's spread within a group comes from (GRPO learns from that spread alone: a "
+                       "term every rollout of a group shares teaches nothing). Per family: the mean over groups of "
+                       "the standard deviation across a group's rollouts, of the total and of each term times its "
+                       "weight in Eq. 1 (" + ", ".join(f"{t} {w:g}" for t, w in weights.items()) + "); and the "
+                       "groups whose rollouts all had the same r_task:"), "",
+                  "| family | groups | mean r_task | groups with one r_task | std of total | "
+                  + " | ".join(f"std of {t}" for t in terms) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(terms)]
+        for family, f in sorted(spread.items()):
+            lines.append(f"| {family} | {f['groups']} | {_num(f['task'])} | {f['flat_task']} of {f['groups']} "
+                         f"| {_num(f['std']['total'])} | " + " | ".join(_num(f["std"].get(t)) for t in terms) + " |")
     return "\n".join(lines) + "\n"
 
 
