@@ -20,9 +20,10 @@ Why not a library: no BM25 library here adds a document without rebuilding (rank
 keeps a forward index (each slot's term ids and tfs, append-only) and postings in tiers: a base in
 compressed-row form (numpy, built in one vectorized pass from the forward index, or loaded from a file), and
 what was added since: a single write's postings in per-term tails, a bulk write's chunk as one segment
-(compressed rows of its own, built in whole-array steps; segments merge pairwise as they grow, like a binary
-counter's digits, so there are O(log n) of them). A write costs O(tokens of the skill); a query costs O(the
-query terms' posting lengths), vectorized. A deleted or replaced document leaves a dead slot; when dead slots
+(compressed rows of its own, built in whole-array steps; a segment merges into the one before it once it is
+half that one's size, so there are O(log n) of them). A write costs O(tokens of the skill), amortized
+O(tokens x log n) for a bulk one (its merges); a query costs O(the query terms' posting lengths),
+vectorized. A deleted or replaced document leaves a dead slot; when dead slots
 outnumber live ones, or tails and segments outgrow the base, the base is rebuilt (amortized O(1) per write).
 
 Frequent terms at scale (a query of a million-skill repo touches millions of postings) are summed from
@@ -258,7 +259,8 @@ class BM25Index:
         self.fwd_ptr = array("q", [0])
         self.fwd_terms = array("i")
         self.fwd_tfs = array("i")
-        # postings: base (term ids < len(base_ptr) - 1) plus tails of slots added since, both by slot
+        # postings: base (term ids < len(base_ptr) - 1), then what was added since: bulk chunks' segments and
+        # single writes' per-term tails; each by slot
         self.base_ptr = np.zeros(1, np.int64)
         self.base_slots = np.zeros(0, np.int32)
         self.base_tfs = np.zeros(0, np.int32)
@@ -331,8 +333,8 @@ class BM25Index:
             for t in set(flat).difference(self.vocab):
                 self._term_id(t)
             ids = np.fromiter(map(lookup, flat), np.int32, count=len(flat))
-        doc = np.repeat(np.arange(n_new, dtype=np.int64), lens)
         del flat
+        doc = np.repeat(np.arange(n_new, dtype=np.int64), lens)
         self.slot_of.update(zip(names, range(first, first + n_new)))
         self.names.extend(names)
         self.payload.extend(payload for _, payload in values)
@@ -368,8 +370,10 @@ class BM25Index:
             del dl
         if tails and segment.entries:
             self.segments.append(segment)
-            # sizes kept like a binary counter's digits: O(log n) segments, each entry merged O(log n) times
-            while len(self.segments) > 1 and self.segments[-1].entries >= self.segments[-2].entries:
+            # each segment at least twice the next one's size: O(log n) segments whatever the chunks' sizes
+            # (an import sorted longest first has each chunk smaller than the last), and each entry is merged
+            # O(log n) times
+            while len(self.segments) > 1 and 2 * self.segments[-1].entries >= self.segments[-2].entries:
                 later = self.segments.pop()
                 self.segments[-1] = self.segments[-1].merged(later)
             self.tail_entries += len(tid)

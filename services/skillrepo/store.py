@@ -189,11 +189,13 @@ def _as_datetime(value) -> datetime | None:
 
 # Column types of the bulk path's COPYs, in binary format: psycopg's C dumpers write a row in a fifth of the
 # time the text format's escaping takes (a bulk import's COPYs were a seventh of the skill repo's CPU). The
-# binary format must name each column's type exactly (int4 is not int8): a mismatch is an error, never a
-# silently wrong row, and the bulk tests on PostgreSQL would catch it.
+# binary format must name each column's type exactly (int4 is not int8): a type that does not match the
+# column is an error, and the bulk tests on PostgreSQL would catch it. A value past int4 is not (the dumper
+# wraps it): `put_many` leaves a batch that would need one to the one-at-a-time path, which refuses it.
 _BLOB_COLUMNS = ("text", "text", "text", "text", "text")                            # hash, content, description, body, meta
 _VERSION_COLUMNS = ("int4", "text", "int4", "text", "int8", "text", "timestamptz")  # repo_id, name, version, blob_hash, seq, cause, created_at
 _HEAD_COLUMNS = ("int4", "text", "int4", "text", "timestamptz")                    # repo_id, name, version, blob_hash, updated_at
+_INT4_MAX = 2**31 - 1
 
 
 def _copy(cur, target: str, rows: list[tuple], types: tuple[str, ...]) -> None:
@@ -287,6 +289,11 @@ class WriteTx:
         cur.execute("SELECT name, version, blob_hash FROM skill_heads WHERE repo_id = %s AND name = ANY(%s)",
                     (rid, names))
         self._heads.update({r[0]: (r[1], r[2]) for r in cur.fetchall()})
+        if any(self._heads.get(d.name, (0,))[0] >= _INT4_MAX for d in docs):
+            cur.close()
+            for doc in docs:  # a next version past int4 (2**31 writes of one skill): refused there as before
+                self.put(doc, cause)
+            return
         new_blobs, versions, created, changed = [], [], [], []
         for doc in docs:
             blob = blob_of(doc)

@@ -290,3 +290,19 @@ def test_the_token_memo_stays_bounded_by_unique_tokens(monkeypatch):
         assert len(search._NORM) <= 500 + 10
     search._NORM.clear()
 
+
+
+def test_segments_stay_few_when_each_bulk_chunk_is_smaller_than_the_last():
+    """An import sorted longest first: every chunk has fewer postings than the one before, which a rule of
+    merging only equal sizes never merges (a segment per request until the next rebuild, each one more
+    search per query term). Sizes at least halve down the stack: O(log n) segments."""
+    idx = BM25Index()
+    idx.upsert_many([(f"b{i}", [f"t{(i + j) % 500}" for j in range(40)], 0) for i in range(20_000)])  # the base
+    most = 0
+    for call in range(65):
+        distinct = 140 - 2 * call  # each document two terms fewer than the last call's
+        idx.upsert_many([(f"c{call}-{i}", [f"t{(i + j) % 500}" for j in range(distinct - 1)] + ["pear"], 0)
+                         for i in range(64)])
+        most = max(most, len(idx.segments))
+    assert idx.rebuilds == 1 and 1 <= most <= 8
+    assert len(idx.scores(["pear"])) == 65 * 64

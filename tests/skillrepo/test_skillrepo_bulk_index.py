@@ -14,6 +14,7 @@ import zipfile
 
 import httpx
 import numpy as np
+import psycopg
 import pytest
 from conftest import pg_database, run_service
 
@@ -290,6 +291,22 @@ def test_bulk_put_writes_versions_like_puts(db_url, tmp_path):
     hits = svc.search(repo, "fridge", 200)
     assert {h.name for h in hits} >= {f"s-{i}" for i in range(150)}
     svc.stop()
+
+
+def test_a_bulk_version_past_int4_is_refused_not_wrapped(pg_server_url):
+    """The COPY path writes int4 columns in binary, whose dumper wraps a value past 2**31 - 1 instead of
+    refusing it: a batch whose next version would be one goes the one-at-a-time way, which refuses it."""
+    with pg_database(pg_server_url) as url:
+        svc = service(url, None)
+        svc.create_repo("big")
+        svc.bulk_put("big", ndjson(skills(300)))
+        rid, _ = svc.store.repo_seq("big")
+        with svc.store.engine.begin() as conn:
+            conn.exec_driver_sql(f"UPDATE skill_heads SET version = {2**31 - 1} WHERE repo_id = {rid} AND name = 's-7'")
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):  # as the text format and one put refuse it
+            svc.bulk_put("big", ndjson(skills(300, "fridge")))
+        assert svc.get_skill("big", "s-7").version == 2**31 - 1 and svc.get_repo("big").seq == 300
+        svc.stop()
 
 
 def test_a_bulk_import_does_not_fill_the_token_cache(tmp_path):
