@@ -112,15 +112,28 @@ def _plan_record(plan: EvalPlan, groups: list) -> dict[str, Any]:
                 "lambda_cnt", "lambda_comp", "model", "rollout", "sync"})}
 
 
+def _plan_differs(have: dict[str, Any], want: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
+    """The keys in which two plans disagree. Groups agree when every group both name has the same tasks: the
+    groups are the split's first N, so a plan of more groups extends one of fewer (its rows stay valid)."""
+    out = [k for k in want if k not in skip and k != "groups" and have.get(k) != want[k]]
+    have_groups, want_groups = have.get("groups") or {}, want.get("groups") or {}
+    if any(have_groups[g] != want_groups[g] for g in have_groups.keys() & want_groups.keys()):
+        out.append("groups")
+    return sorted(out)
+
+
 def _check_plan(plan: EvalPlan, want: dict[str, Any]) -> None:
-    """Kept in ``eval-plan.json``: a rerun into the same folder resumes only the same evaluation."""
+    """Kept in ``eval-plan.json``: a rerun into the same folder resumes only the same evaluation, or extends it
+    to more groups (``--groups`` raised: the plan file then names them all)."""
     path = plan.out / PLAN_FILE
     if path.is_file():
         have = json.loads(path.read_text())
-        differ = sorted(k for k in want if have.get(k) != want[k])
+        differ = _plan_differs(have, want)
         if differ:
             raise EvalError(f"{plan.out} holds another evaluation (it differs in {', '.join(differ)}): "
                             "give another --out, or delete it to start again")
+        if want["groups"].keys() - have["groups"].keys():
+            path.write_text(json.dumps({**want, "groups": {**have["groups"], **want["groups"]}}, indent=2))
     else:
         path.write_text(json.dumps(want, indent=2))
 
@@ -134,7 +147,7 @@ def reuse_untrained(plan: EvalPlan, want: dict[str, Any]) -> int:
     if not (src / PLAN_FILE).is_file():
         raise EvalError(f"--untrained-from {src}: no {PLAN_FILE} there (not an eval-curator folder)")
     have = json.loads((src / PLAN_FILE).read_text())
-    differ = sorted(k for k in want if k != ADAPTER_KEY and have.get(k) != want[k])
+    differ = _plan_differs(have, want, skip=(ADAPTER_KEY,))
     if differ:
         raise EvalError(f"--untrained-from {src} played another plan (it differs in {', '.join(differ)}): its "
                         "untrained arm is not this one's")

@@ -95,6 +95,14 @@ def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
     with pytest.raises(EvalError, match="differs in rollouts"):
         other = EvalPlan(cfg, adapter, "valid", 1, 3, tmp_path)
         _check_plan(other, _plan_record(other, groups))
+    # more groups extend the evaluation (the split's first N: the played rows stay valid); the plan names them all
+    more = groups + [SimpleNamespace(id="g2", tasks=[SimpleNamespace(id="t3"), SimpleNamespace(id="t4")])]
+    bigger = EvalPlan(cfg, adapter, "valid", 2, 2, tmp_path)
+    _check_plan(bigger, _plan_record(bigger, more))
+    assert json.loads((tmp_path / "eval-plan.json").read_text())["groups"] == {"g1": ["t1", "t2"], "g2": ["t3", "t4"]}
+    _check_plan(plan, _plan_record(plan, groups))               # and the first N again: still the same evaluation
+    with pytest.raises(EvalError, match="differs in groups"):  # a shared group with other tasks is not
+        _check_plan(plan, _plan_record(plan, [SimpleNamespace(id="g1", tasks=[SimpleNamespace(id="t9")])]))
     adapter.write_bytes(b"GGUF two")
     with pytest.raises(EvalError, match="adapter_sha256"):
         _check_plan(plan, _plan_record(plan, groups))
@@ -150,6 +158,14 @@ def test_the_untrained_arm_is_reused_from_the_same_plan_only(tmp_path):
     chained = EvalPlan(cfg, third / "adapter.gguf", "valid", 2, 1, third, untrained_from=second)
     assert reuse_untrained(chained, _plan_record(chained, groups)) == 1
     assert _rows(third / "eval.jsonl")[0]["copied_from"] == str(first)
+
+    # a plan of more groups copies what the earlier one played of them
+    fourth = tmp_path / "step-20"
+    fourth.mkdir()
+    (fourth / "adapter.gguf").write_bytes(b"GGUF twenty")
+    wider = EvalPlan(cfg, fourth / "adapter.gguf", "valid", 3, 1, fourth, untrained_from=first)
+    g3 = SimpleNamespace(id="g3", tasks=[SimpleNamespace(id="g3-t0"), SimpleNamespace(id="g3-t1")])
+    assert reuse_untrained(wider, _plan_record(wider, groups + [g3])) == 1
 
     other = EvalPlan(cfg, second / "adapter.gguf", "valid", 2, 2, tmp_path / "x", untrained_from=first)
     with pytest.raises(EvalError, match="differs in rollouts"):
