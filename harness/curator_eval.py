@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ class EvalPlan:
     rollouts: int
     out: Path
     untrained_from: Path | None = None
+    played: list[str] = field(default_factory=list)  # the plan's group ids, once read from the split
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -109,15 +110,17 @@ def _plan_record(plan: EvalPlan, groups: list) -> dict[str, Any]:
             "groups": {g.id: [t.id for t in g.tasks] for g in groups},
             "config": plan.cfg.model_dump(mode="json", include={
                 "seed", "temperature", "top_p", "max_prompt_tokens", "max_response_tokens", "lambda_fc",
-                "lambda_cnt", "lambda_comp", "model", "rollout", "sync"})}
+                "lambda_cnt", "lambda_comp", "model", "rollout", "sync", "data"})}
 
 
 def _plan_differs(have: dict[str, Any], want: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
-    """The keys in which two plans disagree. Groups agree when every group both name has the same tasks: the
-    groups are the split's first N, so a plan of more groups extends one of fewer (its rows stay valid)."""
+    """The keys in which two plans disagree. Groups agree when one plan's groups, in order and with their
+    tasks, begin the other's: the groups are the split's first N, so a plan of more groups extends one of
+    fewer (the rows played stay valid)."""
     out = [k for k in want if k not in skip and k != "groups" and have.get(k) != want[k]]
-    have_groups, want_groups = have.get("groups") or {}, want.get("groups") or {}
-    if any(have_groups[g] != want_groups[g] for g in have_groups.keys() & want_groups.keys()):
+    have_groups, want_groups = list((have.get("groups") or {}).items()), list((want.get("groups") or {}).items())
+    k = min(len(have_groups), len(want_groups))
+    if have_groups[:k] != want_groups[:k]:
         out.append("groups")
     return sorted(out)
 
@@ -132,15 +135,16 @@ def _check_plan(plan: EvalPlan, want: dict[str, Any]) -> None:
         if differ:
             raise EvalError(f"{plan.out} holds another evaluation (it differs in {', '.join(differ)}): "
                             "give another --out, or delete it to start again")
-        if want["groups"].keys() - have["groups"].keys():
-            path.write_text(json.dumps({**want, "groups": {**have["groups"], **want["groups"]}}, indent=2))
+        if len(want["groups"]) > len(have.get("groups") or {}):
+            path.write_text(json.dumps(want, indent=2))   # extended: the plan names every group now
     else:
         path.write_text(json.dumps(want, indent=2))
 
 
 def reuse_untrained(plan: EvalPlan, want: dict[str, Any]) -> int:
     """Copy into this evaluation's ``eval.jsonl`` the untrained arm's completed groups from
-    ``plan.untrained_from``, whose plan must be this one but for the adapter; how many were copied."""
+    ``plan.untrained_from``, whose plan must be this one but for the adapter and how many groups (the first N
+    of the same split); how many were copied."""
     src = plan.untrained_from
     if src is None:
         return 0
@@ -180,6 +184,7 @@ async def _play(plan: EvalPlan, settings: TrainerSettings) -> None:
     if not groups:
         raise EvalError(f"no groups of {cfg.data.env} on split {plan.split!r}")
     want = _plan_record(plan, groups)
+    plan.played = list(want["groups"])
     _check_plan(plan, want)
     copied = reuse_untrained(plan, want)
     if copied:
@@ -288,7 +293,8 @@ def evaluate(plan: EvalPlan, settings: TrainerSettings | None = None, command: s
     plan.out.mkdir(parents=True, exist_ok=True)
     settings = settings or TrainerSettings()
     asyncio.run(_play(plan, settings))
-    rows = _rows(plan.out / "eval.jsonl")
+    # this command's groups: a folder extended to more groups and then asked for fewer reports those
+    rows = [r for r in _rows(plan.out / "eval.jsonl") if r["group"] in set(plan.played)]
     summary = compare(rows)
     summary.update({"adapter": str(plan.adapter), "split": plan.split, "rollouts": plan.rollouts,
                     "command": command,

@@ -184,10 +184,18 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     # where the spread within groups comes from: the totals 0.6 and 1.6 (std 0.5), r_task 0.5 in both rollouts;
     # the agent's groups have no Eq. 1 reward
     assert "| pick | 3 | 0.500 | 3 of 3 | 0.500 | 0.000 |" in md and "| look | 3 |" not in md
-    weights = {"task": 1.0, "fc": 1.0, "cnt": 0.1}
-    spread = spread_by_family({1: list(read_jsonl(folder.rollouts(1), RolloutRow))}, weights)
-    assert spread["pick"]["groups"] == 1 and spread["pick"]["std"] == pytest.approx(
-        {"total": 0.5, "task": 0.0, "fc": 0.0, "cnt": 0.0})
+    assert "weights not in config.json" in md
+    # each term's part of the total's spread: covariance with the total over its std, the parts adding up to it
+    # (here r_task and r_fc pull against each other); a group drawn twice in a step counts as two groups
+    def row(n, task, fc, total):
+        return RolloutRow(group="reasoning-chain_sum-0001", rollout=n,
+                          reward={"task": task, "fc": fc, "cnt": 0.5, "comp": 0.2, "total": total})
+    drawn = [row(0, 0.0, 1.0, 1.0), row(1, 1.0, 0.5, 1.5), row(0, 0.5, 0.5, 1.0), row(1, 0.5, 0.5, 1.0)]
+    spread = spread_by_family({1: drawn}, {"task": 1.0, "fc": 1.0, "cnt": 0.1, "comp": 0.05})["chain_sum"]
+    assert (spread["groups"], spread["flat_task"]) == (2, 1)
+    assert spread["std"] == pytest.approx(0.25 / 2)          # std 0.25 and 0
+    assert spread["parts"] == pytest.approx({"task": 0.5 / 2, "fc": -0.25 / 2, "cnt": 0.0, "comp": 0.0})
+    assert sum(spread["parts"].values()) == pytest.approx(spread["std"])
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

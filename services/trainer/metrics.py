@@ -141,35 +141,47 @@ def _families(rollouts: dict[int, list[RolloutRow]]) -> dict[str, list[tuple[int
 
 
 def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """family -> where the reward's spread within its groups comes from. GRPO learns from that spread alone
-    (the advantage is a rollout's reward minus its group's mean, over the group's std), so a term that is the
-    same for every rollout of a group teaches nothing however large it is. Per family: the groups, the mean
-    r_task, how many groups had the same r_task in every rollout, and the mean over groups of the standard
-    deviation across rollouts of the total and of each term times its weight in Eq. 1 (``weights``)."""
-    by_group: dict[tuple[int, str], list[dict[str, float]]] = {}
+    """family -> where the reward's spread within its groups comes from. A rollout's advantage is its reward
+    minus its group's mean (no std normalization, as in the paper), so GRPO learns from that spread alone and
+    its size sets the update's: a term every rollout of a group shares adds nothing however large it is.
+    Per family: the groups (of two rollouts or more: one alone has no spread), the mean r_task, how many groups
+    had the same r_task in every rollout, the mean over groups of the total's standard deviation across the
+    group's rollouts, and each term's part of it: cov(weight x term, total) / std(total), parts that add up to
+    the total's std (a term that offsets another has a negative part). ``weights``: Eq. 1's, r_task's 1."""
+    by_group: dict[tuple[int, str, int], list[dict[str, float]]] = {}
+    draws: dict[tuple[int, str], int] = {}
     for step, rows in rollouts.items():
         for row in rows:
             reward = to_dict(row).get("reward")
-            if isinstance(reward, dict) and isinstance(reward.get("total"), (int, float)):
-                by_group.setdefault((step, row.group), []).append(reward)
+            if not (isinstance(reward, dict) and isinstance(reward.get("total"), (int, float))):
+                continue
+            if row.rollout == 0:  # a group drawn twice in one step (across an epoch's end) is two groups
+                draws[(step, row.group)] = draws.get((step, row.group), -1) + 1
+            by_group.setdefault((step, row.group, draws.get((step, row.group), 0)), []).append(reward)
     out: dict[str, dict[str, Any]] = {}
-    for (_, group), rewards in sorted(by_group.items()):
+    for (_, group, _), rewards in sorted(by_group.items()):
         family = task_family(group)
         if family is None or len(rewards) < 2:
             continue
-        f = out.setdefault(family, {"groups": 0, "task": 0.0, "flat_task": 0, "std": {}})
+        f = out.setdefault(family, {"groups": 0, "task": 0.0, "flat_task": 0, "std": 0.0, "parts": {}})
         f["groups"] += 1
         tasks = [r.get("task", 0.0) for r in rewards]
         f["task"] += sum(tasks) / len(tasks)
         f["flat_task"] += max(tasks) == min(tasks)
-        for term, weight in {"total": 1.0, **weights}.items():
+        n = len(rewards)
+        total = [r["total"] for r in rewards]
+        t_mean = sum(total) / n
+        std = math.sqrt(sum((t - t_mean) ** 2 for t in total) / n)
+        f["std"] += std
+        for term, weight in weights.items():
             values = [weight * r.get(term, 0.0) for r in rewards]
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-            f["std"][term] = f["std"].get(term, 0.0) + std
+            v_mean = sum(values) / n
+            cov = sum((v - v_mean) * (t - t_mean) for v, t in zip(values, total, strict=True)) / n
+            f["parts"][term] = f["parts"].get(term, 0.0) + (cov / std if std > 0 else 0.0)
     for f in out.values():
         f["task"] /= f["groups"]
-        f["std"] = {term: total / f["groups"] for term, total in f["std"].items()}
+        f["std"] /= f["groups"]
+        f["parts"] = {term: part / f["groups"] for term, part in f["parts"].items()}
     return out
 
 
@@ -255,21 +267,25 @@ def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[
             vals = [v for _, v in pts]
             lines.append(f"| {family} | {', '.join(str(s) for s, _ in pts)} | {_num(vals[0])} | {_num(vals[-1])} "
                          f"| {_num(sum(vals) / len(vals))} |")
-    weights = {"task": 1.0, **{term: cfg[f"lambda_{term}"] for term in ("fc", "cnt", "comp") if f"lambda_{term}" in cfg}}
+    known = all(f"lambda_{term}" in cfg for term in ("fc", "cnt", "comp"))
+    weights = {"task": 1.0, **{term: cfg.get(f"lambda_{term}", 1.0) for term in ("fc", "cnt", "comp")}}
     spread = spread_by_family(rollouts, weights)
     if spread:
-        terms = [t for t in weights if any(t in f["std"] for f in spread.values())]
-        lines += ["", ("Where the reward's spread within a group comes from (GRPO learns from that spread alone: a "
-                       "term every rollout of a group shares teaches nothing). Per family: the mean over groups of "
-                       "the standard deviation across a group's rollouts, of the total and of each term times its "
-                       "weight in Eq. 1 (" + ", ".join(f"{t} {w:g}" for t, w in weights.items()) + "); and the "
-                       "groups whose rollouts all had the same r_task:"), "",
+        said = (", ".join(f"{t} {w:g}" for t, w in weights.items()) if known
+                else "not in config.json: each term unweighted, so the parts do not add up to the total's std")
+        lines += ["", ("Where the reward's spread within a group comes from. A rollout's advantage is its reward "
+                       "minus its group's mean, so GRPO learns from that spread alone: a term every rollout of a "
+                       "group shares teaches nothing. Per family, over its groups of two rollouts or more: the "
+                       "mean standard deviation of the total across a group's rollouts, and each term's part of it "
+                       "(its weighted value's covariance with the total over the total's std: the parts add up to "
+                       "the std, and a term that offsets another has a negative part; weights " + said + "); and "
+                       "the groups whose rollouts all had the same r_task:"), "",
                   "| family | groups | mean r_task | groups with one r_task | std of total | "
-                  + " | ".join(f"std of {t}" for t in terms) + " |",
-                  "|---|---|---|---|---|" + "---|" * len(terms)]
+                  + " | ".join(f"part of {t}" for t in weights) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(weights)]
         for family, f in sorted(spread.items()):
             lines.append(f"| {family} | {f['groups']} | {_num(f['task'])} | {f['flat_task']} of {f['groups']} "
-                         f"| {_num(f['std']['total'])} | " + " | ".join(_num(f["std"].get(t)) for t in terms) + " |")
+                         f"| {_num(f['std'])} | " + " | ".join(_num(f["parts"].get(t)) for t in weights) + " |")
     return "\n".join(lines) + "\n"
 
 

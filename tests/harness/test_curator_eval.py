@@ -103,6 +103,8 @@ def test_a_rerun_resumes_only_the_same_evaluation(tmp_path):
     _check_plan(plan, _plan_record(plan, groups))               # and the first N again: still the same evaluation
     with pytest.raises(EvalError, match="differs in groups"):  # a shared group with other tasks is not
         _check_plan(plan, _plan_record(plan, [SimpleNamespace(id="g1", tasks=[SimpleNamespace(id="t9")])]))
+    with pytest.raises(EvalError, match="differs in groups"):  # nor groups that do not begin the same way
+        _check_plan(plan, _plan_record(plan, more[1:]))
     adapter.write_bytes(b"GGUF two")
     with pytest.raises(EvalError, match="adapter_sha256"):
         _check_plan(plan, _plan_record(plan, groups))
