@@ -20,6 +20,7 @@ from services.trainer.metrics import (
     plot_report,
     read_metrics,
     reward_by_family,
+    split_by_position,
     spread_by_family,
     task_family,
     write_report,
@@ -196,6 +197,14 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     assert spread["std"] == pytest.approx(0.25 / 2)          # std 0.25 and 0
     assert spread["parts"] == pytest.approx({"task": 0.5 / 2, "fc": -0.25 / 2, "cnt": 0.0, "comp": 0.0})
     assert sum(spread["parts"].values()) == pytest.approx(spread["std"])
+    # credit on later tasks: per position, the groups whose rollouts disagreed (task 1: the executor's own noise)
+    def played(n, successes):
+        return RolloutRow(group="reasoning-chain_sum-0002", rollout=n, successes=successes)
+    positions = split_by_position({1: drawn + [played(0, [1, 0, 1]), played(1, [1, 1, 0]), played(2, [1, 1])],
+                                   2: [played(0, [0, 1]), played(1, [0, 1])]})
+    assert [(p["position"], p["groups"], p["split"]) for p in positions] == [(1, 2, 0), (2, 2, 1)]
+    assert [p["success"] for p in positions] == pytest.approx([3 / 5, 4 / 5])
+    assert split_by_position({1: drawn}) == []          # no successes recorded: nothing to say
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]

@@ -140,6 +140,20 @@ def _families(rollouts: dict[int, list[RolloutRow]]) -> dict[str, list[tuple[int
     return out
 
 
+def _drawn_groups(rollouts: dict[int, list[RolloutRow]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(group id, its rollouts' rows as dicts) for each group played, in step order: a group drawn twice in one
+    step (across an epoch's end) is two groups, told apart by its rollout 0 coming again."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for _, rows in sorted(rollouts.items()):
+        current: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            if row.rollout == 0 or row.group not in current:
+                current[row.group] = []
+                out.append((row.group, current[row.group]))
+            current[row.group].append(to_dict(row))
+    return out
+
+
 def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, float]) -> dict[str, dict[str, Any]]:
     """family -> where the reward's spread within its groups comes from. A rollout's advantage is its reward
     minus its group's mean (no std normalization, as in the paper), so GRPO learns from that spread alone and
@@ -148,18 +162,10 @@ def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, f
     had the same r_task in every rollout, the mean over groups of the total's standard deviation across the
     group's rollouts, and each term's part of it: cov(weight x term, total) / std(total), parts that add up to
     the total's std (a term that offsets another has a negative part). ``weights``: Eq. 1's, r_task's 1."""
-    by_group: dict[tuple[int, str, int], list[dict[str, float]]] = {}
-    draws: dict[tuple[int, str], int] = {}
-    for step, rows in rollouts.items():
-        for row in rows:
-            reward = to_dict(row).get("reward")
-            if not (isinstance(reward, dict) and isinstance(reward.get("total"), (int, float))):
-                continue
-            if row.rollout == 0:  # a group drawn twice in one step (across an epoch's end) is two groups
-                draws[(step, row.group)] = draws.get((step, row.group), -1) + 1
-            by_group.setdefault((step, row.group, draws.get((step, row.group), 0)), []).append(reward)
     out: dict[str, dict[str, Any]] = {}
-    for (_, group, _), rewards in sorted(by_group.items()):
+    for group, played in _drawn_groups(rollouts):
+        rewards = [r["reward"] for r in played
+                   if isinstance(r.get("reward"), dict) and isinstance(r["reward"].get("total"), (int, float))]
         family = task_family(group)
         if family is None or len(rewards) < 2:
             continue
@@ -182,6 +188,31 @@ def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, f
         f["task"] /= f["groups"]
         f["std"] /= f["groups"]
         f["parts"] = {term: part / f["groups"] for term, part in f["parts"].items()}
+    return out
+
+
+def split_by_position(rollouts: dict[int, list[RolloutRow]]) -> list[dict[str, Any]]:
+    """Per task position in a group (1 = the first task, played on the empty repo): the groups that reached it,
+    how many of them had rollouts that disagreed on its success, and the mean success. The first task's prompt
+    is the same in every rollout, so its disagreements are the executor's own noise; a later task's differ by
+    the skills the rollout's curator wrote, so its disagreements are the credit r_task (tasks 2..|G|) can give
+    the curator: a rate near the first task's says the skills move the executor no more than its noise does, and
+    a higher one that they move it (to a win or a loss: a changed prompt can flip a greedy answer either way)."""
+    out: list[dict[str, Any]] = []
+    for _, played in _drawn_groups(rollouts):
+        runs = [[bool(s) for s in r["successes"]] for r in played if isinstance(r.get("successes"), list)]
+        if len(runs) < 2:
+            continue
+        for j in range(min(map(len, runs))):
+            while len(out) <= j:
+                out.append({"position": len(out) + 1, "groups": 0, "split": 0, "wins": 0, "plays": 0})
+            col = [run[j] for run in runs]
+            out[j]["groups"] += 1
+            out[j]["split"] += len(set(col)) > 1
+            out[j]["wins"] += sum(col)
+            out[j]["plays"] += len(col)
+    for row in out:
+        row["success"] = row.pop("wins") / row.pop("plays")
     return out
 
 
@@ -286,6 +317,17 @@ def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[
         for family, f in sorted(spread.items()):
             lines.append(f"| {family} | {f['groups']} | {_num(f['task'])} | {f['flat_task']} of {f['groups']} "
                          f"| {_num(f['std'])} | " + " | ".join(_num(f["parts"].get(t)) for t in weights) + " |")
+    positions = split_by_position(rollouts)
+    if len(positions) > 1:
+        lines += ["", ("Credit on later tasks: per task position in a group, the groups whose rollouts disagreed on "
+                       "its success. Task 1 runs on the empty repo with the same prompt in every rollout (its "
+                       "disagreements are the executor's own noise, and r_task leaves it out); a later task's "
+                       "prompts differ by the skills each rollout's curator wrote, so its disagreements beyond "
+                       "that noise are the only credit r_task can give (to a win or a loss alike):"), "",
+                  "| task in the group | groups | rollouts disagreed | mean success |", "|---|---|---|---|"]
+        for row in positions:
+            lines.append(f"| {row['position']}{' (empty repo)' if row['position'] == 1 else ''} | {row['groups']} "
+                         f"| {row['split']} ({row['split'] / row['groups']:.0%}) | {row['success']:.0%} |")
     return "\n".join(lines) + "\n"
 
 
