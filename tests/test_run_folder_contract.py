@@ -17,6 +17,7 @@ from harness.report import RunLog, StreamRun, summarize, write_summary, write_ta
 from services.console.runs import RunStore
 from services.trainer.metrics import (
     MetricsWriter,
+    adapter_drift,
     plot_report,
     read_metrics,
     reward_by_family,
@@ -281,3 +282,32 @@ def test_no_module_but_the_contract_spells_a_run_folder_file_name():
                           if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
                           and any(name in n.value for name in names)]
     assert offenders == []
+
+
+def test_adapter_drift_is_the_lora_update_against_the_weight_it_adapts(tmp_path):
+    """||scale B A|| / ||W|| per adapted module (peft's scale alpha / r), read from peft's files and the base's
+    safetensors; None when the base is not there or is another model."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    base = tmp_path / "base"
+    base.mkdir()
+    w_q, w_v = torch.eye(4) * 2.0, torch.ones(4, 4)          # norms 4 and 4
+    save_file({"model.layers.0.self_attn.q_proj.weight": w_q, "model.layers.0.self_attn.v_proj.weight": w_v,
+               "model.norm.weight": torch.ones(4)}, str(base / "model.safetensors"))
+    adapter = tmp_path / "adapters" / "step-000005"
+    adapter.mkdir(parents=True)
+    a, b = torch.zeros(2, 4), torch.zeros(4, 2)
+    a[0, 0], b[0, 0] = 1.0, 0.5                               # B A has one entry, 0.5; scale 8 / 2 = 4: ||dW|| 2
+    prefix = "base_model.model.model.layers.0.self_attn."
+    save_file({prefix + "q_proj.lora_A.weight": a, prefix + "q_proj.lora_B.weight": b,
+               prefix + "v_proj.lora_A.weight": a.clone(), prefix + "v_proj.lora_B.weight": torch.zeros(4, 2)},
+              str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 2, "lora_alpha": 8, "base_model_name_or_path":
+                                                              str(base)}))
+    assert adapter_drift(adapter) == pytest.approx({"modules": 2, "mean": (2 / 4 + 0) / 2, "max": 2 / 4})
+    assert adapter_drift(adapter, tmp_path / "elsewhere") is None
+    other = tmp_path / "other"
+    other.mkdir()
+    save_file({"lm_head.weight": torch.ones(4, 4)}, str(other / "model.safetensors"))
+    assert adapter_drift(adapter, other) is None

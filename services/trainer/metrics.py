@@ -6,13 +6,22 @@ The files and their rows are the run folder's contract (`skillos.protocol.runs`)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-from skillos.protocol.runs import ROLLOUTS_FILE, MetricsRow, RolloutRow, RunFolder, read_jsonl, to_dict
+from skillos.protocol.runs import (
+    ADAPTERS_DIR,
+    ROLLOUTS_FILE,
+    MetricsRow,
+    RolloutRow,
+    RunFolder,
+    read_jsonl,
+    to_dict,
+)
 from skillos.textguard import without_lone_surrogates
 
 
@@ -216,6 +225,37 @@ def split_by_position(rollouts: dict[int, list[RolloutRow]]) -> list[dict[str, A
     return out
 
 
+def adapter_drift(adapter_dir: Path, base_dir: Path | None = None) -> dict[str, float] | None:
+    """How far a LoRA adapter moves the weights it adapts: per module ||scale * B A||_F / ||W||_F (peft's
+    scale, alpha / r), its mean and max over the modules. ``base_dir``: the safetensors of the model it was
+    trained on (default the adapter's ``base_model_name_or_path``); None when those are not on this machine.
+    The scale against which a trained-vs-untrained comparison is read: how much the policy was changed at all."""
+    cfg_path, weights = adapter_dir / "adapter_config.json", adapter_dir / "adapter_model.safetensors"
+    if not (cfg_path.is_file() and weights.is_file()):
+        return None
+    cfg = json.loads(cfg_path.read_text())
+    base_files = sorted(Path(base_dir or cfg.get("base_model_name_or_path") or "/nonexistent").glob("*.safetensors"))
+    if not base_files:
+        return None
+    from safetensors import safe_open  # here: torch's, which a report without adapters does not load
+
+    r, alpha = cfg["r"], cfg["lora_alpha"]
+    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    rel = []
+    with contextlib.ExitStack() as files:
+        bases = [files.enter_context(safe_open(str(f), framework="pt")) for f in base_files]
+        where = {k: b for b in bases for k in b.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
+        lora = files.enter_context(safe_open(str(weights), framework="pt"))
+        for key in sorted(k for k in lora.keys() if k.endswith("lora_A.weight")):  # noqa: SIM118
+            module = key.removeprefix("base_model.model.").replace(".lora_A.weight", ".weight")
+            if module not in where:
+                return None   # another model's weights
+            delta = scale * (lora.get_tensor(key.replace("lora_A", "lora_B")).double()
+                             @ lora.get_tensor(key).double())
+            rel.append(float(delta.norm() / where[module].get_tensor(module).double().norm()))
+    return {"modules": len(rel), "mean": sum(rel) / len(rel), "max": max(rel)} if rel else None
+
+
 def plot_report(metrics_path: Path, out_png: Path,
                 families: dict[str, list[tuple[int, float]]] | None = None) -> Path:
     """One figure with a panel per metric family, from metrics.jsonl; and, for a curator run, the reward of each
@@ -317,6 +357,13 @@ def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[
         for family, f in sorted(spread.items()):
             lines.append(f"| {family} | {f['groups']} | {_num(f['task'])} | {f['flat_task']} of {f['groups']} "
                          f"| {_num(f['std'])} | " + " | ".join(_num(f["parts"].get(t)) for t in weights) + " |")
+    drifts = [(p.name, adapter_drift(p)) for p in sorted((folder.path / ADAPTERS_DIR).glob("step-*"))
+              if re.fullmatch(r"step-\d+", p.name)]   # not a half-written step-N.incoming
+    if any(d for _, d in drifts):
+        lines += ["", ("How far each kept adapter moved the weights it adapts (per module ||scale B A|| / ||W||, "
+                       "Frobenius norms, over the adapted modules):"), "",
+                  "| adapter | modules | mean | max |", "|---|---|---|---|"]
+        lines += [f"| {name} | {d['modules']} | {d['mean']:.2e} | {d['max']:.2e} |" for name, d in drifts if d]
     positions = split_by_position(rollouts)
     if len(positions) > 1:
         lines += ["", ("Credit on later tasks: per task position in a group, the groups whose rollouts disagreed on "
