@@ -209,6 +209,9 @@ def test_million_skills_short_form(pg_tools, tmp_path):
     assert r["index_equal"] and r["restart_same"] and r["restart_killed_same"] and r["rebuild_same"]
     assert set(r["baselines"]) >= {"ours", "bm25s", "rank_bm25"} and r["pg_fts"]["n"] == 3
     assert chaos_million.million_invariants(r) == []
+    # the import's CPU, told apart: the service's and PostgreSQL's are inside the machine's busy time
+    assert 0 < r["import_cpu_s"] and 0 < r["import_pg_cpu_s"]
+    assert r["import_cpu_s"] + r["import_pg_cpu_s"] <= r["import_machine_busy_s"] + 0.1
 
 
 @pytest.mark.timeout(900)
