@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -37,7 +36,7 @@ from services.trainer.rollouts.curator import run_curator_group
 from services.trainer.settings import TrainerSettings
 from services.trainer.trainer import curator_context, load_groups, served_policy
 from skillos.logging import get_logger
-from skillos.protocol.runs import ADAPTER_GGUF, ADAPTERS_DIR
+from skillos.protocol.runs import ADAPTER_GGUF, ADAPTERS_DIR, RunFolder
 
 log = get_logger("harness.curator_eval")
 
@@ -57,8 +56,7 @@ def find_adapter(path: Path) -> Path:
         return path
     if (path / ADAPTER_GGUF).is_file():
         return path / ADAPTER_GGUF
-    steps = sorted(p for p in (path / ADAPTERS_DIR).glob("step-*/" + ADAPTER_GGUF)
-                   if re.fullmatch(r"step-\d+", p.parent.name))   # not a half-written step-N.incoming
+    steps = [d / ADAPTER_GGUF for d in RunFolder(path).adapter_dirs() if (d / ADAPTER_GGUF).is_file()]
     if steps:
         return steps[-1]
     raise EvalError(f"no adapter at {path}: give an {ADAPTER_GGUF}, a folder holding one, or a training run "

@@ -18,10 +18,11 @@ from services.console.runs import RunStore
 from services.trainer.metrics import (
     MetricsWriter,
     adapter_drift,
+    disagreement_by_position,
     plot_report,
     read_metrics,
+    render_report,
     reward_by_family,
-    split_by_position,
     spread_by_family,
     task_family,
     write_report,
@@ -187,6 +188,8 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     # the agent's groups have no Eq. 1 reward
     assert "| pick | 3 | 0.500 | 3 of 3 | 0.500 | 0.000 |" in md and "| look | 3 |" not in md
     assert "weights not in config.json" in md
+    # credit on later tasks: the curator's three groups only (the agent's successes are its own episodes')
+    assert "| 1 (empty repo) | 3 | 0 (0%) | 100% |" in md and "| 2 | 3 | 0 (0%) | 0% |" in md
     # each term's part of the total's spread: covariance with the total over its std, the parts adding up to it
     # (here r_task and r_fc pull against each other); a group drawn twice in a step counts as two groups
     def row(n, task, fc, total):
@@ -198,14 +201,18 @@ def test_a_training_run_written_by_the_metrics_writer_reads_back_through_the_con
     assert spread["std"] == pytest.approx(0.25 / 2)          # std 0.25 and 0
     assert spread["parts"] == pytest.approx({"task": 0.5 / 2, "fc": -0.25 / 2, "cnt": 0.0, "comp": 0.0})
     assert sum(spread["parts"].values()) == pytest.approx(spread["std"])
-    # credit on later tasks: per position, the groups whose rollouts disagreed (task 1: the executor's own noise)
-    def played(n, successes):
-        return RolloutRow(group="reasoning-chain_sum-0002", rollout=n, successes=successes)
-    positions = split_by_position({1: drawn + [played(0, [1, 0, 1]), played(1, [1, 1, 0]), played(2, [1, 1])],
-                                   2: [played(0, [0, 1]), played(1, [0, 1])]})
-    assert [(p["position"], p["groups"], p["split"]) for p in positions] == [(1, 2, 0), (2, 2, 1)]
-    assert [p["success"] for p in positions] == pytest.approx([3 / 5, 4 / 5])
-    assert split_by_position({1: drawn}) == []          # no successes recorded: nothing to say
+    # credit on later tasks: per position, the groups whose rollouts disagreed (task 1: the executor's own noise);
+    # a curator's rows only (an agent's successes are its own), a group drawn twice in a step counted twice
+    def played(n, successes, group="reasoning-chain_sum-0002"):
+        return RolloutRow(group=group, rollout=n, successes=successes, reward={"task": 0.5, "total": 1.0})
+    positions = disagreement_by_position({1: [played(0, [1, 0, 1]), played(1, [1, 1, 0]), played(2, [1, 1]),
+                                              played(0, [0, 1]), played(1, [0, 0])],
+                                          2: [played(0, [0, 1]), played(1, [0, 1]),
+                                              RolloutRow(group="alfworld-pick-0001", rollout=0, successes=[1]),
+                                              RolloutRow(group="alfworld-pick-0001", rollout=1, successes=[0])]})
+    assert [(p["position"], p["groups"], p["disagreed"]) for p in positions] == [(1, 3, 0), (2, 3, 2)]
+    assert [p["success"] for p in positions] == pytest.approx([3 / 7, 5 / 7])
+    assert disagreement_by_position({1: drawn}) == []    # no successes recorded: nothing to say
 
     metrics.truncate_after(2)                           # a resume from step 2 redoes step 3
     assert [r.step for r in read_jsonl(folder.metrics, MetricsRow)] == [1, 2]
@@ -284,30 +291,68 @@ def test_no_module_but_the_contract_spells_a_run_folder_file_name():
     assert offenders == []
 
 
-def test_adapter_drift_is_the_lora_update_against_the_weight_it_adapts(tmp_path):
-    """||scale B A|| / ||W|| per adapted module (peft's scale alpha / r), read from peft's files and the base's
-    safetensors; None when the base is not there or is another model."""
+def test_adapter_drift_is_the_lora_update_against_the_weight_it_adapts(tmp_path, monkeypatch):
+    """||scale B A|| / ||W|| per adapted module (peft's scale: alpha over the module's rank, read from the tensors),
+    from peft's files and the base's safetensors; a module the base does not have, or of another shape, is
+    counted apart; None when the base is not there; a damaged adapter is a row of the report, not a crash."""
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
 
     base = tmp_path / "base"
     base.mkdir()
-    w_q, w_v = torch.eye(4) * 2.0, torch.ones(4, 4)          # norms 4 and 4
-    save_file({"model.layers.0.self_attn.q_proj.weight": w_q, "model.layers.0.self_attn.v_proj.weight": w_v,
-               "model.norm.weight": torch.ones(4)}, str(base / "model.safetensors"))
-    adapter = tmp_path / "adapters" / "step-000005"
+    save_file({"model.layers.0.self_attn.q_proj.weight": torch.eye(4) * 2.0,      # norm 4
+               "model.layers.0.self_attn.v_proj.weight": torch.ones(4, 4),        # norm 4
+               "model.layers.0.self_attn.k_proj.weight": torch.ones(8, 8)}, str(base / "model.safetensors"))
+    run = tmp_path / "run"
+    adapter = RunFolder(run).adapter_dir(5)
     adapter.mkdir(parents=True)
     a, b = torch.zeros(2, 4), torch.zeros(4, 2)
-    a[0, 0], b[0, 0] = 1.0, 0.5                               # B A has one entry, 0.5; scale 8 / 2 = 4: ||dW|| 2
+    a[0, 0], b[0, 0] = 1.0, 0.5                    # B A has one entry, 0.5; scale 8 / rank 2 = 4: ||dW|| 2
     prefix = "base_model.model.model.layers.0.self_attn."
     save_file({prefix + "q_proj.lora_A.weight": a, prefix + "q_proj.lora_B.weight": b,
-               prefix + "v_proj.lora_A.weight": a.clone(), prefix + "v_proj.lora_B.weight": torch.zeros(4, 2)},
+               prefix + "v_proj.lora_A.weight": a.clone(), prefix + "v_proj.lora_B.weight": torch.zeros(4, 2),
+               prefix + "k_proj.lora_A.weight": a.clone(), prefix + "k_proj.lora_B.weight": b.clone(),  # 4x4 vs 8x8
+               prefix + "o_proj.lora_A.weight": a.clone(), prefix + "o_proj.lora_B.weight": b.clone()},  # no o_proj
               str(adapter / "adapter_model.safetensors"))
-    (adapter / "adapter_config.json").write_text(json.dumps({"r": 2, "lora_alpha": 8, "base_model_name_or_path":
+    # the config's r is not the tensors' (peft's rank_pattern): the scale is taken from the tensors
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "base_model_name_or_path":
                                                               str(base)}))
-    assert adapter_drift(adapter) == pytest.approx({"modules": 2, "mean": (2 / 4 + 0) / 2, "max": 2 / 4})
+    assert adapter_drift(adapter) == pytest.approx({"modules": 2, "missing": 2, "mean": (2 / 4 + 0) / 2,
+                                                    "max": 2 / 4})
     assert adapter_drift(adapter, tmp_path / "elsewhere") is None
+    # trained on a GGUF read directly (peft names its folder): the torch copy converted from it in the model cache
+    from skillos.models.store import converted_dir
+
+    monkeypatch.setenv("SKILLOS_MODELS_DIR", str(tmp_path / "models"))
+    gguf_dir = tmp_path / "models" / "some-model"
+    gguf_dir.mkdir(parents=True)
+    (gguf_dir / "model.gguf").write_bytes(b"GGUF")
+    converted_dir(gguf_dir, "model.gguf").mkdir(parents=True)
+    (base / "model.safetensors").rename(converted_dir(gguf_dir, "model.gguf") / "model.safetensors")
+    assert adapter_drift(adapter, tmp_path / "elsewhere") is None   # a base named explicitly is taken as is
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "base_model_name_or_path":
+                                                              str(gguf_dir)}))
+    assert adapter_drift(adapter) is None                       # no torch/ folder: nothing converted here
+    (converted_dir(gguf_dir, "model.gguf") / "model.safetensors").rename(base / "model.safetensors")
+    torch_dir = converted_dir(gguf_dir, "model.gguf") / "torch"
+    torch_dir.mkdir()
+    (base / "model.safetensors").rename(torch_dir / "model.safetensors")
+    assert adapter_drift(adapter)["mean"] == pytest.approx(0.25)
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "base_model_name_or_path":
+                                                              str(torch_dir)}))
     other = tmp_path / "other"
     other.mkdir()
     save_file({"lm_head.weight": torch.ones(4, 4)}, str(other / "model.safetensors"))
     assert adapter_drift(adapter, other) is None
+
+    # in the report: a row per kept adapter, a damaged one said as such, a half-written one not listed
+    folder = RunFolder(run)
+    damaged = folder.adapter_dir(10)
+    damaged.mkdir()
+    (damaged / "adapter_config.json").write_text("{not json")
+    (damaged / "adapter_model.safetensors").write_bytes(b"")
+    (run / "adapters" / "step-000015.incoming").mkdir()
+    assert [p.name for p in folder.adapter_dirs()] == ["step-000005", "step-000010"]
+    md = render_report(folder, [], {})
+    assert "| step-000005 | 2 (2 not in the base) | 2.50e-01 | 5.00e-01 |" in md
+    assert "| step-000010 | left out, unreadable (JSONDecodeError" in md and "incoming" not in md

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from skillos.models.store import converted_dir
 from skillos.protocol.runs import (
-    ADAPTERS_DIR,
     ROLLOUTS_FILE,
     MetricsRow,
     RolloutRow,
@@ -135,30 +135,25 @@ def reward_by_family(rollouts_dir: Path, steps: set[int] | None = None) -> dict[
 
 def _families(rollouts: dict[int, list[RolloutRow]]) -> dict[str, list[tuple[int, float]]]:
     out: dict[str, list[tuple[int, float]]] = {}
-    for step, rows in rollouts.items():
-        by_group: dict[str, list[float]] = {}
-        for row in rows:
-            extra = to_dict(row)
-            value = (extra.get("reward") or {}).get("total", extra.get("outcome"))
-            if isinstance(value, (int, float)):
-                by_group.setdefault(row.group, []).append(value)
-        for group, values in sorted(by_group.items()):
-            family = task_family(group)
-            if family is not None:
-                out.setdefault(family, []).append((step, sum(values) / len(values)))
+    for step, group, played in _drawn_groups(rollouts):
+        values = [v for v in ((r.get("reward") or {}).get("total", r.get("outcome")) for r in played)
+                  if isinstance(v, (int, float))]
+        family = task_family(group)
+        if values and family is not None:
+            out.setdefault(family, []).append((step, sum(values) / len(values)))
     return out
 
 
-def _drawn_groups(rollouts: dict[int, list[RolloutRow]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(group id, its rollouts' rows as dicts) for each group played, in step order: a group drawn twice in one
-    step (across an epoch's end) is two groups, told apart by its rollout 0 coming again."""
-    out: list[tuple[str, list[dict[str, Any]]]] = []
-    for _, rows in sorted(rollouts.items()):
+def _drawn_groups(rollouts: dict[int, list[RolloutRow]]) -> list[tuple[int, str, list[dict[str, Any]]]]:
+    """(step, group id, its rollouts' rows as dicts) for each group played, in step order: a group drawn twice
+    in one step (across an epoch's end) is two groups, told apart by its rollout 0 coming again."""
+    out: list[tuple[int, str, list[dict[str, Any]]]] = []
+    for step, rows in sorted(rollouts.items()):
         current: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             if row.rollout == 0 or row.group not in current:
                 current[row.group] = []
-                out.append((row.group, current[row.group]))
+                out.append((step, row.group, current[row.group]))
             current[row.group].append(to_dict(row))
     return out
 
@@ -172,7 +167,7 @@ def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, f
     group's rollouts, and each term's part of it: cov(weight x term, total) / std(total), parts that add up to
     the total's std (a term that offsets another has a negative part). ``weights``: Eq. 1's, r_task's 1."""
     out: dict[str, dict[str, Any]] = {}
-    for group, played in _drawn_groups(rollouts):
+    for _, group, played in _drawn_groups(rollouts):
         rewards = [r["reward"] for r in played
                    if isinstance(r.get("reward"), dict) and isinstance(r["reward"].get("total"), (int, float))]
         family = task_family(group)
@@ -200,24 +195,27 @@ def spread_by_family(rollouts: dict[int, list[RolloutRow]], weights: dict[str, f
     return out
 
 
-def split_by_position(rollouts: dict[int, list[RolloutRow]]) -> list[dict[str, Any]]:
-    """Per task position in a group (1 = the first task, played on the empty repo): the groups that reached it,
-    how many of them had rollouts that disagreed on its success, and the mean success. The first task's prompt
-    is the same in every rollout, so its disagreements are the executor's own noise; a later task's differ by
-    the skills the rollout's curator wrote, so its disagreements are the credit r_task (tasks 2..|G|) can give
-    the curator: a rate near the first task's says the skills move the executor no more than its noise does, and
-    a higher one that they move it (to a win or a loss: a changed prompt can flip a greedy answer either way)."""
+def disagreement_by_position(rollouts: dict[int, list[RolloutRow]]) -> list[dict[str, Any]]:
+    """Per task position in a curator run's groups (1 = the first task, played on the repo each rollout starts
+    from): the groups that reached it, how many of them had rollouts that disagreed on its success, and the mean
+    success. The first task's prompt is the same in every rollout, so its disagreements are the executor's own
+    noise; a later task's prompts differ by the skills the rollout's curator wrote, so its disagreements are the
+    credit r_task (tasks 2..|G|) can give the curator: a rate near the first task's says the skills move the
+    executor no more than its noise does, and a higher one that they move it (to a win or a loss: a changed
+    prompt can flip a greedy answer either way)."""
     out: list[dict[str, Any]] = []
-    for _, played in _drawn_groups(rollouts):
-        runs = [[bool(s) for s in r["successes"]] for r in played if isinstance(r.get("successes"), list)]
+    for _, _, played in _drawn_groups(rollouts):
+        # a curator's rows (Eq. 1's r_task in the reward): an agent's successes are its own episodes'
+        runs = [[bool(s) for s in r["successes"]] for r in played
+                if isinstance(r.get("successes"), list) and "task" in (r.get("reward") or {})]
         if len(runs) < 2:
             continue
         for j in range(min(map(len, runs))):
             while len(out) <= j:
-                out.append({"position": len(out) + 1, "groups": 0, "split": 0, "wins": 0, "plays": 0})
+                out.append({"position": len(out) + 1, "groups": 0, "disagreed": 0, "wins": 0, "plays": 0})
             col = [run[j] for run in runs]
             out[j]["groups"] += 1
-            out[j]["split"] += len(set(col)) > 1
+            out[j]["disagreed"] += len(set(col)) > 1
             out[j]["wins"] += sum(col)
             out[j]["plays"] += len(col)
     for row in out:
@@ -225,35 +223,52 @@ def split_by_position(rollouts: dict[int, list[RolloutRow]]) -> list[dict[str, A
     return out
 
 
-def adapter_drift(adapter_dir: Path, base_dir: Path | None = None) -> dict[str, float] | None:
-    """How far a LoRA adapter moves the weights it adapts: per module ||scale * B A||_F / ||W||_F (peft's
-    scale, alpha / r), its mean and max over the modules. ``base_dir``: the safetensors of the model it was
-    trained on (default the adapter's ``base_model_name_or_path``); None when those are not on this machine.
-    The scale against which a trained-vs-untrained comparison is read: how much the policy was changed at all."""
+def adapter_drift(adapter_dir: Path, base_dir: Path | None = None) -> dict[str, Any] | None:
+    """How far a LoRA adapter moves the weights it adapts: per module ||scale * B A||_F / ||W||_F (peft's scale:
+    alpha over the module's rank, or its square root with rsLoRA), the mean and max over the modules found in
+    the base, and how many were not. ``base_dir``: the safetensors of the model it was trained on (default the
+    adapter's ``base_model_name_or_path``, or the torch copy converted from the GGUF there). None when there is
+    nothing to compare: no adapter files, no base on
+    this machine, no module of the base's shape, or an adapter this does not read (DoRA, per-module alphas).
+    The scale against which a trained-vs-untrained comparison is read: how much the policy was changed at all.
+    Raises what reading a damaged file raises (the report says so)."""
     cfg_path, weights = adapter_dir / "adapter_config.json", adapter_dir / "adapter_model.safetensors"
     if not (cfg_path.is_file() and weights.is_file()):
         return None
     cfg = json.loads(cfg_path.read_text())
-    base_files = sorted(Path(base_dir or cfg.get("base_model_name_or_path") or "/nonexistent").glob("*.safetensors"))
+    if cfg.get("use_dora") or cfg.get("alpha_pattern") or "lora_alpha" not in cfg:
+        return None
+    base = Path(base_dir or cfg.get("base_model_name_or_path") or "/nonexistent")
+    base_files = sorted(base.glob("*.safetensors"))
+    if not base_files and base_dir is None:
+        # trained on a GGUF read directly (the first load on a machine): the torch copy converted from it
+        for gguf in sorted(base.glob("*.gguf")):
+            base_files = sorted((converted_dir(base, gguf.name) / "torch").glob("*.safetensors"))
+            if base_files:
+                break
     if not base_files:
         return None
     from safetensors import safe_open  # here: torch's, which a report without adapters does not load
 
-    r, alpha = cfg["r"], cfg["lora_alpha"]
-    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
-    rel = []
+    ratios, missing = [], 0
     with contextlib.ExitStack() as files:
         bases = [files.enter_context(safe_open(str(f), framework="pt")) for f in base_files]
-        where = {k: b for b in bases for k in b.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
+        base_of = {k: b for b in bases for k in b.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
         lora = files.enter_context(safe_open(str(weights), framework="pt"))
         for key in sorted(k for k in lora.keys() if k.endswith("lora_A.weight")):  # noqa: SIM118
             module = key.removeprefix("base_model.model.").replace(".lora_A.weight", ".weight")
-            if module not in where:
-                return None   # another model's weights
-            delta = scale * (lora.get_tensor(key.replace("lora_A", "lora_B")).double()
-                             @ lora.get_tensor(key).double())
-            rel.append(float(delta.norm() / where[module].get_tensor(module).double().norm()))
-    return {"modules": len(rel), "mean": sum(rel) / len(rel), "max": max(rel)} if rel else None
+            a = lora.get_tensor(key).double()
+            b = lora.get_tensor(key.replace("lora_A", "lora_B")).double()
+            w = base_of[module].get_tensor(module).double() if module in base_of else None
+            if w is None or w.shape != (b.shape[0], a.shape[1]):
+                missing += 1   # not in this base (a tied head, another model's names or sizes)
+                continue
+            rank = a.shape[0]
+            scale = cfg["lora_alpha"] / (math.sqrt(rank) if cfg.get("use_rslora") else rank)
+            ratios.append(float((scale * (b @ a)).norm() / w.norm()))
+    if not ratios:
+        return None
+    return {"modules": len(ratios), "missing": missing, "mean": sum(ratios) / len(ratios), "max": max(ratios)}
 
 
 def plot_report(metrics_path: Path, out_png: Path,
@@ -357,24 +372,35 @@ def render_report(folder: RunFolder, rows: list[dict[str, Any]], rollouts: dict[
         for family, f in sorted(spread.items()):
             lines.append(f"| {family} | {f['groups']} | {_num(f['task'])} | {f['flat_task']} of {f['groups']} "
                          f"| {_num(f['std'])} | " + " | ".join(_num(f["parts"].get(t)) for t in weights) + " |")
-    drifts = [(p.name, adapter_drift(p)) for p in sorted((folder.path / ADAPTERS_DIR).glob("step-*"))
-              if re.fullmatch(r"step-\d+", p.name)]   # not a half-written step-N.incoming
-    if any(d for _, d in drifts):
+    drifts = []
+    for path in folder.adapter_dirs():
+        try:
+            drifts.append((path.name, adapter_drift(path), None))
+        except Exception as e:  # noqa: BLE001 (a damaged file must not cost the run its report, nor `skillos train` its end)
+            drifts.append((path.name, None, f"{type(e).__name__}: {str(e)[:120]}"))
+    if any(d or err for _, d, err in drifts):
         lines += ["", ("How far each kept adapter moved the weights it adapts (per module ||scale B A|| / ||W||, "
-                       "Frobenius norms, over the adapted modules):"), "",
+                       "Frobenius norms, over the adapted modules found in the base):"), "",
                   "| adapter | modules | mean | max |", "|---|---|---|---|"]
-        lines += [f"| {name} | {d['modules']} | {d['mean']:.2e} | {d['max']:.2e} |" for name, d in drifts if d]
-    positions = split_by_position(rollouts)
+        for name, d, err in drifts:
+            if err:
+                lines.append(f"| {name} | left out, unreadable ({err}) | - | - |")
+            elif d:
+                missing = f" ({d['missing']} not in the base)" if d["missing"] else ""
+                lines.append(f"| {name} | {d['modules']}{missing} | {d['mean']:.2e} | {d['max']:.2e} |")
+    positions = disagreement_by_position(rollouts)
     if len(positions) > 1:
+        start = "the repo it is seeded with" if (cfg.get("rollout") or {}).get("seed_repo") else "the empty repo"
         lines += ["", ("Credit on later tasks: per task position in a group, the groups whose rollouts disagreed on "
-                       "its success. Task 1 runs on the empty repo with the same prompt in every rollout (its "
+                       f"its success. Task 1 runs on {start} with the same prompt in every rollout (its "
                        "disagreements are the executor's own noise, and r_task leaves it out); a later task's "
                        "prompts differ by the skills each rollout's curator wrote, so its disagreements beyond "
                        "that noise are the only credit r_task can give (to a win or a loss alike):"), "",
                   "| task in the group | groups | rollouts disagreed | mean success |", "|---|---|---|---|"]
         for row in positions:
-            lines.append(f"| {row['position']}{' (empty repo)' if row['position'] == 1 else ''} | {row['groups']} "
-                         f"| {row['split']} ({row['split'] / row['groups']:.0%}) | {row['success']:.0%} |")
+            first = f" ({start.removeprefix('the ')})" if row["position"] == 1 else ""
+            lines.append(f"| {row['position']}{first} | {row['groups']} "
+                         f"| {row['disagreed']} ({row['disagreed'] / row['groups']:.0%}) | {row['success']:.0%} |")
     return "\n".join(lines) + "\n"
 
 

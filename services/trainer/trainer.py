@@ -53,7 +53,7 @@ from skillos.clients.skillrepo import AsyncSkillRepoClient
 from skillos.llm import LLMClient, LLMSettings
 from skillos.logging import get_logger
 from skillos.methods import method_class
-from skillos.models.store import default_models_dir
+from skillos.models.store import converted_dir
 from skillos.protocol.runs import RunFolder, TrainSummary, to_dict
 from skillos.settings import ActingSettings, CurationSettings
 
@@ -116,8 +116,7 @@ def load_groups(cfg: TrainConfig, settings) -> list:
 def converted_cache(cfg: TrainConfig) -> Path:
     """Where a GGUF policy's conversions are kept (the torch copy transformers dequantises, a float GGUF for the
     server): in the model cache (`SKILLOS_MODELS_DIR`), once per machine, not beside each run."""
-    src, gguf = resolve_model(cfg.model.path, cfg.model.gguf_file)
-    return default_models_dir() / "converted" / f"{Path(src).name}-{Path(gguf or 'model').stem}"
+    return converted_dir(*resolve_model(cfg.model.path, cfg.model.gguf_file))
 
 
 def served_policy(cfg: TrainConfig, log_dir: Path) -> ServedPolicy:

@@ -45,6 +45,12 @@ def default_models_dir() -> Path:
     return Path(cache) / "skillos" / "models"
 
 
+def converted_dir(src: str | Path, gguf: str | None) -> Path:
+    """Where the float conversions of a GGUF model (``src`` its folder, ``gguf`` its file) are kept, once per
+    machine: the trainer's torch copy under ``torch/``, a float GGUF for llama-server beside it."""
+    return default_models_dir() / "converted" / f"{Path(src).name}-{Path(gguf or 'model').stem}"
+
+
 @dataclass
 class CachedModel:
     spec: ModelSpec

@@ -73,6 +73,7 @@ ADAPTER_GGUF = "adapter.gguf"
 # tasks/<method>-seed<seed>-<position>.json (a method's name may have a hyphen: skillos-expert)
 TASK_FILE = re.compile(r"^(?P<method>[A-Za-z0-9_][A-Za-z0-9_-]*?)-seed(?P<seed>-?\d+|None)-(?P<pos>\d+)\.json$")
 ROLLOUTS_FILE = re.compile(r"^step-(?P<step>\d+)\.jsonl$")
+ADAPTER_FOLDER = re.compile(r"^step-(?P<step>\d+)$")   # not a half-written step-N.incoming
 
 
 def task_file_name(method: str, seed: int | None, position: int) -> str:
@@ -168,6 +169,14 @@ class RunFolder:
 
     def adapter_dir(self, step: int) -> Path:
         return self.path / ADAPTERS_DIR / f"step-{step:06d}"
+
+    def adapter_dirs(self) -> list[Path]:
+        """The kept adapters' folders (``adapters/step-N``, written whole), in step order."""
+        try:
+            found = [p for p in (self.path / ADAPTERS_DIR).iterdir() if ADAPTER_FOLDER.match(p.name)]
+        except OSError:
+            return []
+        return sorted(found, key=lambda p: int(ADAPTER_FOLDER.match(p.name)["step"]))
 
     def task_files(self) -> list[Path]:
         """The ``tasks/*.json`` files of a finished run, sorted by name."""
