@@ -46,6 +46,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import procstat
 from bench.processes import started
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,15 +324,11 @@ async def streaming(gw: str, model: str, clients: int, per_client: int, out: lis
 
 def cpu_s(pid: int | None) -> float:
     """User + system CPU seconds of a process so far (what calls cost it, however busy the machine is)."""
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float("nan") if pid is None else procstat.cpu_s(pid)
 
 
 def rss_mb(pid: int) -> float:
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
-    return int(line.split()[1]) / 1024
+    return procstat.status_mb(pid, "VmRSS")
 
 
 async def memory(gw: str, model: str, pid: int, calls: int, every: int, out: list[str]) -> None:

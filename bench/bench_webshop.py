@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.procstat import status_mb
 from services.envs.webshop.environment import WebShopEnvironment, search_query
 from services.envs.webshop.search import BM25Index, analyze
 from skillos.settings import DEFAULT_SHARED_DATA
@@ -196,10 +197,7 @@ def main() -> None:
 
 
 def rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    return round(status_mb("self", "VmRSS") * 1024)
 
 
 def soak(env: WebShopEnvironment, steps: int) -> None:

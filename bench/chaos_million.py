@@ -50,6 +50,7 @@ import httpx
 
 from bench.bench_skillrepo import BASE_WORDS, make_queries
 from bench.chaos import PgCluster, ServeProcess, _pct
+from bench.procstat import cpu_s, machine_busy_s, status_mb
 
 REPO = "million"
 
@@ -84,37 +85,16 @@ def batches(n: int, size: int) -> list[bytes]:
     return out
 
 
-def _status(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _cpu_s(pid: int, children: bool = False) -> float:
-    """A process's CPU seconds (user + system); with ``children`` also those of the children it reaped."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _pg_cpu_s(pg: PgCluster) -> float:
     """The cluster's CPU seconds: the postmaster's with the backends it reaped, and each live backend's."""
     master, *backends = pg.pids()
-    total = _cpu_s(master, children=True)
+    total = cpu_s(master, children=True)
     for pid in backends:
         try:
-            total += _cpu_s(pid)
+            total += cpu_s(pid)
         except OSError:   # a backend that ended meanwhile: in the postmaster's reaped time from now on
             pass
     return total
-
-
-def _machine_busy_s() -> float:
-    """CPU seconds the whole machine spent not idle (all cores, /proc/stat), for the import's share of it."""
-    # the "cpu" line: user nice system idle iowait irq softirq steal (USER_HZ ticks)
-    t = list(map(int, Path("/proc/stat").read_text().split()[1:9]))
-    return (sum(t) - t[3] - t[4]) / os.sysconf("SC_CLK_TCK")
 
 
 class Service(ServeProcess):
@@ -293,7 +273,7 @@ def baselines(n: int, n_queries: int, rank_bm25_max: int, which: tuple[str, ...]
     from services.skillrepo.search import document_tokens, tokenize
 
     def rss() -> float:
-        return _status(os.getpid(), "VmRSS")
+        return status_mb(os.getpid(), "VmRSS")
 
     qtokens = [tokenize(q) for q in make_queries(n_queries)]
     t = time.perf_counter()
@@ -360,8 +340,8 @@ def million(*, skills: int = 1_000_000, batch: int = 5000, streams: int = 2, que
 
         # 1. bulk import
         statuses: list[int] = []
-        cpu0 = _cpu_s(svc.proc.pid)
-        pg0, client0, busy0 = _pg_cpu_s(pg), sum(os.times()[:2]), _machine_busy_s()
+        cpu0 = cpu_s(svc.proc.pid)
+        pg0, client0, busy0 = _pg_cpu_s(pg), sum(os.times()[:2]), machine_busy_s()
 
         def send(body: bytes) -> None:
             with httpx.Client(base_url=svc.url, timeout=600) as h:
@@ -374,22 +354,22 @@ def million(*, skills: int = 1_000_000, batch: int = 5000, streams: int = 2, que
             list(pool.map(send, payloads))
         r["import_s"] = time.monotonic() - t
         del payloads
-        r["import_cpu_s"] = _cpu_s(svc.proc.pid) - cpu0
+        r["import_cpu_s"] = cpu_s(svc.proc.pid) - cpu0
         # where the machine's CPU went during the import: is the rate bound by the service, or by the cores?
         r["import_pg_cpu_s"] = _pg_cpu_s(pg) - pg0
         r["import_client_cpu_s"] = sum(os.times()[:2]) - client0
-        r["import_machine_busy_s"] = _machine_busy_s() - busy0
+        r["import_machine_busy_s"] = machine_busy_s() - busy0
         r["cores"] = os.cpu_count()
         first_answer(svc, qs[0])
         r["searchable_s"] = time.monotonic() - t
         r["rate"] = skills / r["import_s"]
-        r["rss_mb"] = _status(svc.proc.pid, "VmRSS")
+        r["rss_mb"] = status_mb(svc.proc.pid, "VmRSS")
         repo_id = _repo_id(raw_db)
         # the service saves the index once the import's writes pause (SKILLOS_INDEX_SAVE_QUIET_S): a compaction
         # and a gigabyte written at a million skills, in the background; the searches below are timed after it,
         # as a repo settled after its import (the runs before 2026-12-02 timed them while it could be running)
         r["saved_after_s"] = wait_saved(index_dir / f"repo-{repo_id}.bm25.npz", t0=time.monotonic())
-        r["rss_mb"] = _status(svc.proc.pid, "VmRSS")   # after the import and its save, before the searches
+        r["rss_mb"] = status_mb(svc.proc.pid, "VmRSS")   # after the import and its save, before the searches
 
         # 2. search over HTTP, without then with writes
         search_load(svc.url, qs[:20], statuses)  # caches warm, as in production
@@ -403,8 +383,8 @@ def million(*, skills: int = 1_000_000, batch: int = 5000, streams: int = 2, que
         stop.set()
         w.join()
         r["writes"] = {"n": len(wlat), **_lat(wlat)}
-        r["rss_mb"] = max(r["rss_mb"], _status(svc.proc.pid, "VmRSS"))
-        r["hwm_mb"] = _status(svc.proc.pid, "VmHWM")
+        r["rss_mb"] = max(r["rss_mb"], status_mb(svc.proc.pid, "VmRSS"))
+        r["hwm_mb"] = status_mb(svc.proc.pid, "VmHWM")
         r["acked_bad"] = check_acked(svc.url, raw_db, repo_id, acked)
         r["index_equal"] = index_equals_table(svc.url, raw_db, repo_id)
         probe = qs[:20]
@@ -416,7 +396,7 @@ def million(*, skills: int = 1_000_000, batch: int = 5000, streams: int = 2, que
         svc = Service(env, workdir / "skillrepo-2.log")
         r["restart_s"] = first_answer(svc, qs[0])
         r["restart_same"] = answers(svc.url, probe) == before
-        r["rss_restarted_mb"] = _status(svc.proc.pid, "VmRSS")
+        r["rss_restarted_mb"] = status_mb(svc.proc.pid, "VmRSS")
         stop = threading.Event()
         acked2: dict = {}
         w = threading.Thread(target=writer, args=(svc.url, names, 200.0, stop, acked2, statuses, wlat, 10**6))

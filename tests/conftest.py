@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from bench import procstat
 from skillos.net import free_port  # the one definition; tests import it from here too
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,16 +70,15 @@ def raw_request(url: str, head: bytes, chunks: Iterable[bytes] = ()) -> tuple[in
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far: what a request cost it, however busy the machine is."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return procstat.cpu_s(pid)
 
 
 def peak_rss_mb(pid: int) -> float:
     """The process's peak resident memory so far (VmHWM), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
+    peak = procstat.status_mb(pid, "VmHWM")
+    if not peak:
+        raise RuntimeError("no VmHWM")
+    return peak
 
 
 @pytest.fixture(scope="session")
