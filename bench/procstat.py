@@ -17,12 +17,21 @@ def cpu_s(pid: int, children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def status_mb(pid: int | str, key: str) -> float:
-    """A memory line of /proc/<pid>/status (``VmRSS``, ``VmHWM``, ...) in MiB; 0 when the kernel has none."""
+_MISSING = object()
+
+
+def status_mb(pid: int | str, key: str, default: float | object = _MISSING) -> float:
+    """A memory line of /proc/<pid>/status (``VmRSS``, ``VmHWM``, ...) in MiB.
+
+    A process that has exited but not been reaped has no memory lines: that raises KeyError unless ``default`` is
+    given, so a benchmark does not report a dead process's memory as 0 MiB.
+    """
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
-    return 0.0
+    if default is _MISSING:
+        raise KeyError(f"/proc/{pid}/status has no {key} line")
+    return default  # type: ignore[return-value]
 
 
 def machine_busy_s() -> float:

@@ -75,10 +75,7 @@ def cpu_seconds(pid: int) -> float:
 
 def peak_rss_mb(pid: int) -> float:
     """The process's peak resident memory so far (VmHWM), in MiB."""
-    peak = procstat.status_mb(pid, "VmHWM")
-    if not peak:
-        raise RuntimeError("no VmHWM")
-    return peak
+    return procstat.status_mb(pid, "VmHWM")
 
 
 @pytest.fixture(scope="session")
