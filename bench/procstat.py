@@ -17,10 +17,7 @@ def cpu_s(pid: int, children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-_MISSING = object()
-
-
-def status_mb(pid: int | str, key: str, default: float | object = _MISSING) -> float:
+def status_mb(pid: int | str, key: str, default: float | None = None) -> float:
     """A memory line of /proc/<pid>/status (``VmRSS``, ``VmHWM``, ...) in MiB.
 
     A process that has exited but not been reaped has no memory lines: that raises KeyError unless ``default`` is
@@ -29,9 +26,9 @@ def status_mb(pid: int | str, key: str, default: float | object = _MISSING) -> f
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
-    if default is _MISSING:
+    if default is None:
         raise KeyError(f"/proc/{pid}/status has no {key} line")
-    return default  # type: ignore[return-value]
+    return default
 
 
 def machine_busy_s() -> float:
