@@ -5,10 +5,16 @@ Retry-After, never 500)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
+
+# A connection back in the pool less than this long ago is not pinged on checkout: HikariCP's default
+# (aliveBypassWindowMs, 500 ms). A ping is a round trip, ~0.4 ms on loopback, and a search checks out twice
+# (the repo's seq, the hits' texts): at a million skills about a tenth of a search's time over HTTP.
+PING_IDLE_S = 0.5
 
 
 def bounded_postgres_args(connect_timeout_s: float = 5.0, statement_timeout_s: float = 30.0) -> dict:
@@ -38,8 +44,11 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL", *, connect_timeout
     * TCP keepalives and ``tcp_user_timeout``: a connection to a host that vanished fails in ~20 s instead
       of the kernel's ~15 min;
     * ``pool_timeout_s``: waiting for a free connection of the pool;
-    * ``pool_pre_ping``: a connection the database dropped (a restart) is replaced on checkout, so the
-      service recovers by itself once the database is back.
+    * a ping on checkout (SQLAlchemy's ``pool_pre_ping``, skipped for a connection used in the last
+      `PING_IDLE_S`): a connection the database dropped (a restart) is replaced, and the pool emptied, so
+      the service recovers by itself once the database is back. A connection dropped within that window
+      fails its request with an error answered 503, and every connection checked in before that failure is
+      pinged on its next checkout.
     """
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
@@ -69,8 +78,40 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL", *, connect_timeout
 
         return engine
     connect_args = bounded_postgres_args(connect_timeout_s, statement_timeout_s)
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_timeout=pool_timeout_s,
-                         connect_args=connect_args)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_timeout=pool_timeout_s,
+                           connect_args=connect_args)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's pre-ping (a failed ping empties the pool; a new connection is not pinged) for connections
+    idle at least `PING_IDLE_S`, and for every one checked in before a connection was last found broken: a
+    statement on the driver's own cursor (`hotpath.py`) that loses its connection gets that one invalidated
+    (its reset fails), not the pool emptied, and the others of the same restart would each fail a request."""
+    dialect = engine.dialect
+    broken = [0.0]  # when a connection of this pool was last invalidated
+
+    @event.listens_for(engine.pool, "invalidate")
+    def _invalidated(_dbapi_conn, _record, _exception):
+        broken[0] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkin")
+    def _checked_in(dbapi_conn, record):
+        if dbapi_conn is not None:
+            record.info["skillos_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkout")
+    def _checked_out(dbapi_conn, record, _proxy):
+        since = record.info.pop("skillos_idle_since", None)
+        if since is None or (time.monotonic() - since < PING_IDLE_S and since > broken[0]):
+            return  # new (never checked in), or just used and none broken since
+        try:
+            dialect.do_ping(dbapi_conn)
+        except dialect.loaded_dbapi.Error as e:
+            if dialect.is_disconnect(e, dbapi_conn, None):
+                raise exc.InvalidatePoolError(f"ping on checkout failed: {e}") from e
+            raise
 
 
 def database_errors() -> tuple[type[BaseException], ...]:

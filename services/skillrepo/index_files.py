@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from services.skillrepo import search
-from services.skillrepo.search import BM25Index, build_postings
+from services.skillrepo.search import BM25Index, Compacted, compact_state
 
 FORMAT = 1
 # bump TOKENIZER when `search.tokenize` or `document_tokens` changes what they produce
@@ -75,20 +75,17 @@ class IndexFiles:
                 continue
         return sorted(ids)
 
-    def save(self, repo_id: int, identity: dict, state: dict, last: list | None) -> int:
-        """Write ``state`` (`BM25Index.export_state`, payloads (version, blob hash)) atomically: a crash
-        mid-write leaves the previous file. Returns the bytes written."""
-        built = build_postings(state["fwd_ptr"], state["fwd_terms"], state["fwd_tfs"], state["alive"], state["df"])
-        live = built["alive_slots"]
-        names = [n for n, a in zip(state["names"], live.tolist(), strict=True) if a]
-        payload = [p for p, a in zip(state["payload"], live.tolist(), strict=True) if a]
-        terms = [t for t, keep in zip(state["term_str"], built["live_terms"].tolist(), strict=True) if keep]
-        meta = {"format": FORMAT, "scoring": SCORING, "repo_id": repo_id, **identity, "seq": state["seq"],
+    def save(self, repo_id: int, identity: dict, state: dict | Compacted, last: list | None) -> int:
+        """Write ``state`` (`BM25Index.export_state`, or its `compact_state`; payloads (version, blob hash))
+        atomically: a crash mid-write leaves the previous file. Returns the bytes written."""
+        c = state if isinstance(state, Compacted) else compact_state(state)
+        names, payload, terms, built = c.names, c.payload, c.term_str, c.built
+        meta = {"format": FORMAT, "scoring": SCORING, "repo_id": repo_id, **identity, "seq": c.seq,
                 "last": last, "docs": len(names), "terms": len(terms)}
         arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), "names": _text(names),
                   "terms": _text(terms), "versions": np.array([p[0] for p in payload], np.int32),
                   "hashes": np.frombuffer(bytes.fromhex("".join(p[1] for p in payload)), np.uint8),
-                  "dl": state["dl"][live]}
+                  "dl": c.dl}
         arrays.update({k: built[k] for k in ("fwd_ptr", "fwd_terms", "fwd_tfs", "base_ptr", "base_slots",
                                              "base_tfs", "df")})
         target = self.path(repo_id)

@@ -24,7 +24,11 @@ what was added since: a single write's postings in per-term tails, a bulk write'
 half that one's size, so there are O(log n) of them). A write costs O(tokens of the skill), amortized
 O(tokens x log n) for a bulk one (its merges); a query costs O(the query terms' posting lengths),
 vectorized. A deleted or replaced document leaves a dead slot; when dead slots
-outnumber live ones, or tails and segments outgrow the base, the base is rebuilt (amortized O(1) per write).
+outnumber live ones, or the tails outgrow the base, or the segments grow to twice its size, the base is rebuilt
+(amortized O(1) per write);
+a replica that saves its index puts the save's compaction in place of a fragmented one (indexes.py). A bulk
+write's texts are tokenized a chunk at a time (`upsert_texts`: folded and split as one string, each distinct
+raw token mapped to its term id once), to the very tokens `document_tokens` gives.
 
 Frequent terms at scale (a query of a million-skill repo touches millions of postings) are summed from
 cached per-term columns of quantized weights (one uint8 per slot), which writes update in place instead of
@@ -44,6 +48,7 @@ import unicodedata
 from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -125,8 +130,34 @@ def document_tokens(name: str, description: str, body: str) -> list[str]:
     return head * FIELD_WEIGHTS["name"] + tokenize(body) * FIELD_WEIGHTS["body"]
 
 
+# `_SEPARATORS` keeping \x01: the mark between a chunk's texts when they are folded and split as one (see
+# `BM25Index.upsert_texts`); \x01 is not a-z or 0-9, so it never occurs inside a token
+_SEPARATORS_MARKED = bytes.maketrans(bytes(c for c in range(256) if not (48 <= c <= 57 or 97 <= c <= 122 or c == 1)),
+                                     b" " * (256 - 37))
+
+
+def _folded_texts(texts: list[str]) -> bytes | None:
+    """The texts as `raw_tokens` folds them (ASCII, lower case, every separator a space), joined by b" \x01 "
+    so that one `split()` splits them all; None when a text holds \x01 itself (then there is no telling
+    where one ends). NFKD folds character by character and ASCII characters are never reordered, so the
+    join's folding is each text's folding, joined."""
+    big = "\x01".join(texts)
+    raw = big.encode("ascii") if big.isascii() else unicodedata.normalize("NFKD", big).encode("ascii", "ignore")
+    if raw.count(b"\x01") != len(texts) - 1:
+        return None
+    return raw.lower().translate(_SEPARATORS_MARKED).replace(b"\x01", b" \x01 ")
+
+
 def _copy(values: array, dtype) -> np.ndarray:
     return np.frombuffer(values, dtype).copy()  # a copy: no view may keep the array from growing
+
+
+def _array(typecode: str, values: np.ndarray) -> array:
+    """A growable copy of ``values`` (one copy: ``tobytes`` would make a second, 280 MB of a million skills'
+    forward index)."""
+    out = array(typecode)
+    out.frombytes(memoryview(np.ascontiguousarray(values, np.dtype(typecode))).cast("B"))
+    return out
 
 
 def build_postings(fwd_ptr: np.ndarray, fwd_terms: np.ndarray, fwd_tfs: np.ndarray, alive: np.ndarray,
@@ -164,6 +195,31 @@ def build_postings(fwd_ptr: np.ndarray, fwd_terms: np.ndarray, fwd_tfs: np.ndarr
     return {"fwd_ptr": fwd, "fwd_terms": terms.astype(np.int32, copy=False), "fwd_tfs": tfs.astype(np.int32, copy=False),
             "base_ptr": base_ptr, "base_slots": base_slots, "base_tfs": base_tfs, "alive_slots": alive,
             "live_terms": live_terms, "df": df[live_terms].astype(np.int32)}
+
+
+@dataclass
+class Compacted:
+    """An index's exported state (`BM25Index.export_state`) with dead slots and terms dropped and its postings
+    built: what a file holds (`index_files.py`) and what a save installs in place of a fragmented index
+    (`BM25Index.from_compacted`)."""
+
+    names: list[str]
+    payload: list[object]
+    dl: np.ndarray
+    term_str: list[str]
+    built: dict[str, np.ndarray]
+    seq: int
+
+
+def compact_state(state: dict[str, object]) -> Compacted:
+    built = build_postings(state["fwd_ptr"], state["fwd_terms"], state["fwd_tfs"], state["alive"], state["df"])
+    live = built["alive_slots"]
+    keep = live.tolist()
+    return Compacted(names=[n for n, a in zip(state["names"], keep, strict=True) if a],
+                     payload=[p for p, a in zip(state["payload"], keep, strict=True) if a],
+                     dl=state["dl"][live],
+                     term_str=[t for t, a in zip(state["term_str"], built["live_terms"].tolist(), strict=True) if a],
+                     built=built, seq=state["seq"])
 
 
 class Segment:
@@ -221,6 +277,28 @@ def _segment(tid: np.ndarray, slot: np.ndarray, tf: np.ndarray, by_term: bool = 
                    np.ascontiguousarray(tf, np.int32))
 
 
+class _RawIds(dict):
+    """Raw token (bytes, as `_folded_texts` splits) -> term id of its indexed form, -1 when it is dropped (a
+    stop word, one character), -2 for the mark between texts; a token not seen before is looked up (its
+    term added) by ``term_id`` on first use. Tokens longer than `_NORM_KEEP` are not kept (a 64 KiB body can
+    be one token). ``term_id`` (the index's `_term_id`) is set only while the index maps a chunk: kept, the
+    bound method would tie the index into a reference cycle, which only a full garbage collection frees (an
+    adopted or evicted index of a million skills would stay resident until then)."""
+
+    __slots__ = ("term_id",)
+
+    def __init__(self):
+        super().__init__({b"\x01": -2})
+        self.term_id = None
+
+    def __missing__(self, token: bytes) -> int:
+        norm = _norm_token(token.decode("ascii"))
+        tid = self.term_id(norm) if norm else -1
+        if len(token) <= _NORM_KEEP:
+            self[token] = tid
+        return tid
+
+
 class BM25Index:
     """One repo's index. Thread-safe; documents are keyed by skill name.
 
@@ -266,12 +344,14 @@ class BM25Index:
         self.base_tfs = np.zeros(0, np.int32)
         self.tails: dict[int, tuple[array, array]] = {}  # one write at a time: per term
         self.segments: list[Segment] = []                 # bulk writes: one per chunk, merged as they grow
-        self.tail_entries = 0
+        self.tail_entries = 0     # in the tails
+        self.segment_entries = 0  # in the segments
         self.total_len = 0
         self.dead = 0
         self._columns: OrderedDict[int, tuple[float, np.ndarray]] = OrderedDict()  # term id -> (idf, q per slot)
         self._cap = 0            # the columns' length (>= slots)
         self._avgdl_ref = 0.0    # the avgdl every cached column was computed at
+        self._raw_ids = _RawIds()  # raw token -> term id (`_raw_term_ids`)
 
     def __len__(self) -> int:
         return len(self.slot_of)
@@ -314,17 +394,81 @@ class BM25Index:
         if chunk:
             self._add_chunk(chunk, tails)
 
+    TEXT_BATCH = 10_000  # documents per `upsert_texts` step (its tokens are Python objects until mapped)
+    TEXT_BYTES = 32 << 20  # and at most this much text (64 KiB bodies: ~50 bytes of objects a token)
+    RAW_IDS_MAX = 500_000  # raw tokens remembered with their term ids (see `_raw_ids`)
+
+    def upsert_texts(self, docs: list[tuple[str, str, str, object]], load: bool = False) -> None:
+        """`upsert` of each (name, description, body, payload) in order, with the tokens `document_tokens`
+        gives, without a Python step per document: a chunk's texts are folded and split as one string and
+        its raw tokens mapped to term ids in one pass (a bulk import spent a quarter of its time
+        tokenizing skill by skill). ``load``: into an empty index, the base built at the end (`load`)."""
+        if len(docs) < 64 and not load:
+            for name, description, body, payload in docs:
+                self.upsert(name, document_tokens(name, description, body), payload)
+            return
+        with self._lock:
+            chunk: dict[str, tuple] = {}
+            size = 0
+            for doc in docs:
+                chunk.pop(doc[0], None)  # a name twice: the last one wins, as in upsert
+                chunk[doc[0]] = doc
+                size += len(doc[1]) + len(doc[2])
+                if len(chunk) >= self.TEXT_BATCH or size >= self.TEXT_BYTES:
+                    self._add_texts(chunk, tails=not load)
+                    chunk, size = {}, 0
+            if chunk:
+                self._add_texts(chunk, tails=not load)
+            if load:
+                self._rebuild()
+            else:
+                self._maybe_rebuild()
+
+    def _add_texts(self, chunk: dict[str, tuple], tails: bool) -> None:
+        docs = list(chunk.values())
+        n = len(docs)
+        folded = _folded_texts([f"{name} {description}" for name, description, _, _ in docs]
+                               + [body for _, _, body, _ in docs])
+        if folded is None:  # a text holds the mark: one document at a time
+            self._add_chunk({name: (document_tokens(name, description, body), payload)
+                             for name, description, body, payload in docs}, tails)
+            return
+        raw = folded.split()
+        del folded
+        ids = self._raw_term_ids(raw)
+        del raw
+        mark = ids == -2
+        text = np.cumsum(mark, dtype=np.int32)  # which text each token is of: marks before it
+        kept = ids >= 0
+        text, ids = text[kept], ids[kept]
+        del mark, kept
+        cut = int(np.searchsorted(text, n))  # heads (texts 0..n-1), then bodies (n..2n-1)
+        w = FIELD_WEIGHTS["name"]
+        head_doc, body_doc = text[:cut].astype(np.int64), (text[cut:] - n).astype(np.int64)
+        lens = (w * np.bincount(head_doc, minlength=n) + FIELD_WEIGHTS["body"] * np.bincount(body_doc, minlength=n))
+        doc = np.concatenate([head_doc] * w + [body_doc] * FIELD_WEIGHTS["body"])
+        ids = np.concatenate([ids[:cut]] * w + [ids[cut:]] * FIELD_WEIGHTS["body"])
+        self._add_pairs([d[0] for d in docs], [d[3] for d in docs], lens.astype(np.int64), doc, ids, tails)
+
+    def _raw_term_ids(self, raw: list[bytes]) -> np.ndarray:
+        """Each raw token's term id (-1: dropped, a stop word or one character; -2: the mark between texts),
+        new terms added (by `_RawIds.__missing__`, one C-level lookup per token otherwise)."""
+        known = self._raw_ids
+        known.term_id = self._term_id
+        try:
+            ids = np.fromiter(map(known.__getitem__, raw), np.int32, count=len(raw))
+        finally:
+            known.term_id = None
+        if len(known) > self.RAW_IDS_MAX:
+            self._raw_ids = _RawIds()
+        return ids
+
     def _add_chunk(self, chunk: dict[str, tuple], tails: bool) -> None:
-        """Add a chunk of distinct names in whole-array steps: a bulk import's cost is these few passes over
-        its tokens, not a Python step per skill and term. With ``tails`` (a live index) the chunk's postings
-        become one segment; without (a load) the caller rebuilds the base."""
-        for name in self.slot_of.keys() & chunk.keys():  # replaced: the old slot dies, the new one is added
-            self._remove(name)
+        """Add a chunk of distinct names' token lists in whole-array steps (`_add_pairs`)."""
         names = list(chunk)
         values = chunk.values()
         token_lists = [tokens for tokens, _ in values]
-        n_new, first = len(names), len(self.names)
-        lens = np.fromiter(map(len, token_lists), np.int64, count=n_new)
+        lens = np.fromiter(map(len, token_lists), np.int64, count=len(names))
         flat = list(itertools.chain.from_iterable(token_lists))
         lookup = self.vocab.__getitem__
         try:
@@ -334,10 +478,21 @@ class BM25Index:
                 self._term_id(t)
             ids = np.fromiter(map(lookup, flat), np.int32, count=len(flat))
         del flat
-        doc = np.repeat(np.arange(n_new, dtype=np.int64), lens)
+        doc = np.repeat(np.arange(len(names), dtype=np.int64), lens)
+        self._add_pairs(names, [payload for _, payload in values], lens, doc, ids, tails)
+
+    def _add_pairs(self, names: list[str], payloads: list[object], lens: np.ndarray, doc: np.ndarray,
+                   ids: np.ndarray, tails: bool) -> None:
+        """Add documents of distinct names, given as (document, term id) pairs (one per token, documents
+        numbered from 0 in ``names``' order), in whole-array steps: a bulk import's cost is these few passes
+        over its tokens, not a Python step per skill and term. With ``tails`` (a live index) the chunk's
+        postings become one segment; without (a load) the caller rebuilds the base."""
+        for name in self.slot_of.keys() & set(names):  # replaced: the old slot dies, the new one is added
+            self._remove(name)
+        n_new, first = len(names), len(self.names)
         self.slot_of.update(zip(names, range(first, first + n_new)))
         self.names.extend(names)
-        self.payload.extend(payload for _, payload in values)
+        self.payload.extend(payloads)
         self.dl.frombytes(lens.astype(np.int32).tobytes())
         self.total_len += int(lens.sum())
         self.alive.extend(b"\x01" * n_new)
@@ -376,7 +531,7 @@ class BM25Index:
             while len(self.segments) > 1 and 2 * self.segments[-1].entries >= self.segments[-2].entries:
                 later = self.segments.pop()
                 self.segments[-1] = self.segments[-1].merged(later)
-            self.tail_entries += len(tid)
+            self.segment_entries += len(tid)
 
     def _quanta(self, idf: float, tfs: np.ndarray, dls: np.ndarray) -> np.ndarray:
         """`_quantum` of many (tf, length) pairs."""
@@ -452,8 +607,19 @@ class BM25Index:
         self.names[slot] = self.payload[slot] = None
         self.dead += 1
 
+    # Segments may hold this many times the base's entries before the base is rebuilt with them. Segments
+    # merge among themselves (O(log n) of them), so a rebuild is for searches (one postings list a term), and
+    # a big import paid for each: at 1 (the base doubling) they were 18 % of the service's CPU at 300,000
+    # skills. At 2 the rebuilds of an import from empty do about 2/3 of that work (a million skills in batches
+    # of 5,000: 895,000 skills' postings rebuilt in all instead of 1,235,000), and at most 2/3 of the entries
+    # wait in segments for the next one (or for a save's compaction, indexes.py). Per-term tails cost a search
+    # more each (a Python array per term): they still wait for the base's size.
+    SEGMENT_SHARE = 2
+
     def _maybe_rebuild(self) -> None:
-        if self.dead > max(64, len(self.slot_of)) or self.tail_entries > max(4096, len(self.base_slots)):
+        room = max(4096, len(self.base_slots))
+        if (self.dead > max(64, len(self.slot_of)) or self.tail_entries > room
+                or self.segment_entries > self.SEGMENT_SHARE * room):
             self._rebuild()
 
     def _rebuild(self) -> None:
@@ -474,13 +640,14 @@ class BM25Index:
     def _install(self, names: list[str], payload: list[object], dl: array, term_str: list[str],
                  built: dict[str, np.ndarray]) -> None:
         self.names, self.payload, self.dl, self.term_str = names, payload, dl, term_str
+        self._raw_ids = _RawIds()  # term ids are renumbered
         self.slot_of = dict(zip(names, range(len(names))))
         self.vocab = dict(zip(term_str, range(len(term_str))))
         self.alive = bytearray(b"\x01") * len(names)
-        self.df = array("i", built["df"].tobytes())
-        self.fwd_ptr = array("q", built["fwd_ptr"].tobytes())
-        self.fwd_terms = array("i", built["fwd_terms"].tobytes())
-        self.fwd_tfs = array("i", built["fwd_tfs"].tobytes())
+        self.df = _array("i", built["df"])
+        self.fwd_ptr = _array("q", built["fwd_ptr"])
+        self.fwd_terms = _array("i", built["fwd_terms"])
+        self.fwd_tfs = _array("i", built["fwd_tfs"])
         self.base_ptr, self.base_slots, self.base_tfs = built["base_ptr"], built["base_slots"], built["base_tfs"]
 
     # --- persistence (the file format is index_files.py's) ---
@@ -525,10 +692,20 @@ class BM25Index:
                    built: dict[str, np.ndarray], seq: int) -> BM25Index:
         """An index of compacted state (`build_postings`' output, every slot live), as a file holds it."""
         idx = cls()
-        idx._install(names, payload, array("i", np.asarray(dl, np.int32).tobytes()), term_str, built)
+        idx._install(names, payload, _array("i", dl), term_str, built)
         idx.total_len = int(np.asarray(dl, np.int64).sum())
         idx.seq = seq
         return idx
+
+    @classmethod
+    def from_compacted(cls, c: Compacted) -> BM25Index:
+        return cls.from_built(c.names, c.payload, c.dl, c.term_str, c.built, c.seq)
+
+    def fragmented(self) -> bool:
+        """Whether a compaction would speed searches up: segments to read besides the base, or dead slots or
+        tail entries past an eighth of the slots or of the base's entries (a few are cheap: a search's cost
+        is the base's)."""
+        return bool(self.segments) or 8 * self.dead > len(self.names) or 8 * self.tail_entries > len(self.base_slots)
 
     # --- reads ---
 

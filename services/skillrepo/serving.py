@@ -44,6 +44,7 @@ from services.skillrepo.store import (
     StoredSkill,
     StoreError,
     VersionRow,
+    blob_of,
 )
 from skillos.db import database_errors, make_engine
 from skillos.errors import APIError
@@ -543,9 +544,10 @@ class SkillRepoService:
     @_answers_api_errors
     def import_(self, repo: str, data: bytes, replace: bool = False) -> ImportResult:
         docs = self.read_archive(data)
+        blobs = [blob_of(doc) for doc in docs]  # before the repo's lock, as in `bulk_put`
         with self.store.write(repo) as tx:
             tx.log_as("import")
-            tx.put_many(docs, "import")
+            tx.put_many(docs, "import", blobs)
             if replace:
                 keep = {d.name for d in docs}
                 for name, (_, blob_hash) in tx.all_heads().items():
@@ -591,9 +593,10 @@ class SkillRepoService:
         """Write many skills in one transaction (all or nothing), each as a `put` would: a new version
         where the content differs, none where it is the same."""
         docs = self.read_ndjson(data)
+        blobs = [blob_of(doc) for doc in docs]  # before the repo's lock: writers of the repo wait for it
         with self.store.write(repo) as tx:
             tx.log_as("import")
-            tx.put_many(docs, "import")
+            tx.put_many(docs, "import", blobs)
         self._committed(tx.repo, tx.changes)
         return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 

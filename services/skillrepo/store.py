@@ -206,6 +206,12 @@ def _copy(cur, target: str, rows: list[tuple], types: tuple[str, ...]) -> None:
                 copy.write_row(row)
 
 
+def _temp_table(cur, name: str, columns: str) -> None:
+    """An empty temporary table of this session's (rows gone at commit; emptied too for a second use in one
+    transaction), made in one round trip."""
+    cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({columns}) ON COMMIT DELETE ROWS; TRUNCATE {name}")
+
+
 class WriteTx:
     """The inside of one write transaction on one repo."""
 
@@ -275,14 +281,17 @@ class WriteTx:
 
     BULK_MIN = 256  # below this many, `put_many` writes one at a time (the COPY set-up costs more)
 
-    def put_many(self, docs: list[SkillDoc], cause: str) -> None:
-        """`put` of each document (distinct names), as a few statements: on PostgreSQL, COPY of the
-        versions and new heads, blobs and changed heads through temporary tables (blobs may exist already,
-        content-addressed). Same rows, same seq order, same changes as one `put` each."""
+    def put_many(self, docs: list[SkillDoc], cause: str, blobs: list[dict[str, Any]] | None = None) -> None:
+        """`put` of each document (distinct names), as a few statements: on PostgreSQL, COPY of the blobs,
+        versions and new heads, changed heads through a temporary table. Same rows, same seq order, same
+        changes as one `put` each. ``blobs``: `blob_of` of each document, made by the caller before the
+        transaction began (the repo's row is locked from the start: what can be done before is done before)."""
         if self.store.sqlite or len(docs) < self.BULK_MIN:
             for doc in docs:
                 self.put(doc, cause)
             return
+        if blobs is None:
+            blobs = [blob_of(doc) for doc in docs]
         cur = self.conn.connection.cursor()
         rid = self.repo.id
         names = [d.name for d in docs if d.name not in self._heads]
@@ -295,8 +304,7 @@ class WriteTx:
                 self.put(doc, cause)
             return
         new_blobs, versions, created, changed = [], [], [], []
-        for doc in docs:
-            blob = blob_of(doc)
+        for doc, blob in zip(docs, blobs, strict=True):
             head = self._heads.get(doc.name)
             if head is not None and head[1] == blob["hash"]:
                 continue
@@ -310,22 +318,38 @@ class WriteTx:
             self._heads[doc.name] = (version, blob["hash"])
             self.changes.append(Change(self.repo.seq, doc.name, version, blob["description"], blob["body"],
                                        blob["hash"], cause))
-        for table, columns in (("skillos_bulk_blobs", "hash text, content text, description text, body text, meta text"),
-                               ("skillos_bulk_heads", ("repo_id int, name text, version int, blob_hash text, "
-                                                      "updated_at timestamptz"))):
-            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({columns}) ON COMMIT DELETE ROWS")
-            cur.execute(f"TRUNCATE {table}")
-        _copy(cur, "skillos_bulk_blobs (hash, content, description, body, meta)", new_blobs, _BLOB_COLUMNS)
-        cur.execute("INSERT INTO blobs SELECT * FROM skillos_bulk_blobs ON CONFLICT DO NOTHING")
+        self._copy_blobs(cur, new_blobs)
         _copy(cur, "skill_versions (repo_id, name, version, blob_hash, seq, cause, created_at)", versions,
               _VERSION_COLUMNS)
         _copy(cur, "skill_heads (repo_id, name, version, blob_hash, updated_at)", created, _HEAD_COLUMNS)
         if changed:
+            _temp_table(cur, "skillos_bulk_heads", "repo_id int, name text, version int, blob_hash text, "
+                                                   "updated_at timestamptz")
             _copy(cur, "skillos_bulk_heads (repo_id, name, version, blob_hash, updated_at)", changed, _HEAD_COLUMNS)
             cur.execute("UPDATE skill_heads h SET version = t.version, blob_hash = t.blob_hash, "
                         "updated_at = t.updated_at FROM skillos_bulk_heads t "
                         "WHERE h.repo_id = t.repo_id AND h.name = t.name")
         cur.close()
+
+    @staticmethod
+    def _copy_blobs(cur, rows: list[tuple]) -> None:
+        """Blobs (content-addressed: some may exist already) COPYed straight into the table, the usual case of
+        an import's new texts; when one exists (the same text in another skill or repo, a text written back)
+        the COPY fails on the key, a savepoint undoes it, and they go through a temporary table and
+        ``ON CONFLICT DO NOTHING`` instead. Going that way always cost a second write and read of every text."""
+        if not rows:
+            return
+        import psycopg
+
+        cur.execute("SAVEPOINT skillos_bulk_blobs")
+        try:
+            _copy(cur, "blobs (hash, content, description, body, meta)", rows, _BLOB_COLUMNS)
+        except psycopg.errors.UniqueViolation:
+            cur.execute("ROLLBACK TO SAVEPOINT skillos_bulk_blobs")
+            _temp_table(cur, "skillos_bulk_blobs", "hash text, content text, description text, body text, meta text")
+            _copy(cur, "skillos_bulk_blobs (hash, content, description, body, meta)", rows, _BLOB_COLUMNS)
+            cur.execute("INSERT INTO blobs SELECT * FROM skillos_bulk_blobs ON CONFLICT DO NOTHING")
+        cur.execute("RELEASE SAVEPOINT skillos_bulk_blobs")
 
     def put_hash(self, name: str, blob_hash: str, cause: str) -> int:
         head = self.head(name)

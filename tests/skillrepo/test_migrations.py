@@ -24,8 +24,8 @@ def _upgrade(engine, target: str, down: bool = False) -> None:
         conn.commit()
 
 
-def _head_foreign_keys(engine) -> set[str]:
-    return {fk["referred_table"] for fk in inspect(engine).get_foreign_keys("skill_heads")}
+def _foreign_keys(engine, table: str = "skill_heads") -> set[str]:
+    return {fk["referred_table"] for fk in inspect(engine).get_foreign_keys(table)}
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -34,25 +34,31 @@ def test_upgrade_downgrade_keep_data_and_head_matches_tables(backend, request, t
         engine = make_engine(url)
         try:
             _upgrade(engine, "0001")
-            assert _head_foreign_keys(engine) == {"repos", "blobs"}
+            assert _foreign_keys(engine) == _foreign_keys(engine, "skill_versions") == {"repos", "blobs"}
             now = datetime.now(UTC)
             with engine.begin() as c:
                 c.execute(text("INSERT INTO repos (name, seq, created_at) VALUES ('r', 1, :t)"), {"t": now})
                 c.execute(text("INSERT INTO blobs VALUES ('h1', 'doc', 'desc', 'body', '{}')"))
                 c.execute(text("INSERT INTO skill_heads VALUES (1, 'a-skill', 1, 'h1', :t)"), {"t": now})
+                c.execute(text("INSERT INTO skill_versions (repo_id, name, version, blob_hash, seq, cause, created_at) "
+                               "VALUES (1, 'a-skill', 1, 'h1', 1, 'insert', :t)"), {"t": now})
 
             _upgrade(engine, "head")
-            assert _head_foreign_keys(engine) == set()  # 0002: forks copy heads without RI checks
+            assert _foreign_keys(engine) == set()  # 0002: forks copy heads without RI checks
+            assert _foreign_keys(engine, "skill_versions") == set()  # 0005: nor bulk imports versions
             with engine.connect() as c:
                 assert c.execute(text("SELECT repo_id, name, version, blob_hash FROM skill_heads")).all() == [
                     (1, "a-skill", 1, "h1")]
+                assert c.execute(text("SELECT repo_id, name, version, blob_hash, seq FROM skill_versions")).all() == [
+                    (1, "a-skill", 1, "h1", 1)]
                 # what the code's table definitions say is what the migrations built
                 assert compare_metadata(MigrationContext.configure(c), metadata) == []
 
             _upgrade(engine, "0001", down=True)
-            assert _head_foreign_keys(engine) == {"repos", "blobs"}
+            assert _foreign_keys(engine) == _foreign_keys(engine, "skill_versions") == {"repos", "blobs"}
             with engine.connect() as c:
                 assert c.execute(text("SELECT name, blob_hash FROM skill_heads")).all() == [("a-skill", "h1")]
+                assert c.execute(text("SELECT name, seq FROM skill_versions")).all() == [("a-skill", 1)]
             _upgrade(engine, "head")
         finally:
             engine.dispose()

@@ -170,6 +170,70 @@ def test_upsert_many_equals_upserts():
         assert [h[0] for h in many.search(query, 5)] == [h[0] for h in one.search(query, 5)]
 
 
+def _forward(idx: BM25Index) -> tuple[dict, dict]:
+    """Each live document's (length, sorted (term, tf), payload), and each live term's df: the index's
+    content whatever its slots' and terms' numbering."""
+    docs = {}
+    for name, slot in idx.slot_of.items():
+        a, z = idx.fwd_ptr[slot], idx.fwd_ptr[slot + 1]
+        docs[name] = (idx.dl[slot], sorted((idx.term_str[idx.fwd_terms[i]], idx.fwd_tfs[i]) for i in range(a, z)),
+                      idx.payload[slot])
+    return docs, {t: idx.df[i] for i, t in enumerate(idx.term_str) if idx.df[i]}
+
+
+# what the chunk tokenizer must fold as `tokenize` does: case, NFKD (ligatures, accents, combining marks),
+# stop words, one-character and plural tokens, separators of every kind, tokens past the kept length, the
+# mark it joins texts with (\x01) inside a text, empty texts
+_TEXT_WORDS = ["apple", "Apples", "glass", "the", "a", "x", "Café", "naïve", "\ufb01le", "ÅNGSTRÖM", "z9", "12",
+               "heat-mug", "bus", "buses", "\x01", "foo\x01bar", "x" * 50, "y" * 41, "", "  ", "A/B\tc\n", "über",
+               "日本", "e\u0301t\u00e9", "UPPER_case"]
+
+
+@pytest.mark.parametrize("raw_ids_max", [BM25Index.RAW_IDS_MAX, 5], ids=["kept", "forgotten"])
+def test_upsert_texts_equals_document_tokens(raw_ids_max, monkeypatch):
+    """`upsert_texts` (a chunk's texts folded and split as one string) indexes exactly what `upsert_many`
+    of `document_tokens` does: the same documents, lengths, tfs and dfs, the same answers; also as a load,
+    with replaced and repeated names, and with its raw-token memory emptied between chunks (and chunks cut
+    by their bytes)."""
+    from services.skillrepo import search
+
+    rng = random.Random(3)
+    folded = []  # True: a chunk went the one-string way (not the fallback a text with the mark takes)
+    real_folded = search._folded_texts
+    monkeypatch.setattr(search, "_folded_texts", lambda texts: folded.append(real_folded(texts) is not None)
+                        or real_folded(texts))
+
+    def text(k: int) -> str:
+        return " ".join(rng.choice(_TEXT_WORDS) for _ in range(k))
+
+    for trial in range(40):
+        docs = [(f"s{rng.randint(0, 300)}", text(rng.randint(0, 6)), text(rng.randint(0, 30)), (i, "h"))
+                for i in range(rng.randint(64, 400))]  # names repeat: the last one wins
+        if trial % 2:
+            docs = [d for d in docs if "\x01" not in d[1] + d[2]]  # the one-string path (else one at a time)
+        before = [(f"s{j}", "old text apple", "body glass", (0, "o")) for j in range(0, 300, 7)]  # replaced
+        by_tokens, by_texts = BM25Index(), BM25Index()
+        by_texts.RAW_IDS_MAX = raw_ids_max
+        by_texts.TEXT_BATCH = 100  # several chunks
+        if raw_ids_max == 5:
+            by_texts.TEXT_BYTES = 3000
+        folded.clear()
+        for part in (before, docs):
+            by_tokens.upsert_many([(n, document_tokens(n, d, b), p) for n, d, b, p in part])
+            by_texts.upsert_texts(part)
+        assert _forward(by_texts) == _forward(by_tokens)
+        if trial % 2 and len(docs) >= 64:  # no text with the mark: every chunk the one-string way
+            assert folded and all(folded)
+        for query in (["apple"], ["glass", "file"], ["cafe", "naive", "angstrom"], ["heat", "mug", "bus"]):
+            assert [(n, pytest.approx(s, rel=1e-12)) for n, s, _ in by_texts.search(query, 5)] == \
+                   [(n, s) for n, s, _ in by_tokens.search(query, 5)]
+        loaded, by_load = BM25Index(), BM25Index()
+        loaded.upsert_texts(docs, load=True)
+        by_load.load([(n, document_tokens(n, d, b), p) for n, d, b, p in docs])
+        assert _forward(loaded) == _forward(by_load)
+        assert loaded.segments == [] and len(loaded.base_slots) == len(loaded.fwd_terms)  # the base built
+
+
 def test_export_in_chunks_with_writes_between_is_one_moment():
     """A save copies the forward index in chunks, letting writes in between: the state is still that of
     one moment (the last chunk's), and an index built from it answers as the live one did then."""

@@ -22,6 +22,7 @@ from services.skillrepo import index_files
 from services.skillrepo.serving import SkillRepoService
 from services.skillrepo.settings import SkillRepoSettings
 from skillos.errors import APIError
+from skillos.skills import SkillDoc
 
 WORDS = ["apple", "mug", "fridge", "heat", "cool", "clean", "knife", "pan", "drawer", "desk", "lamp", "towel"]
 
@@ -152,6 +153,72 @@ def test_saved_index_is_read_back_and_caught_up(db_url, tmp_path):
     assert answers(svc, repo) == want and idx.documents() == docs
     assert want != before
     svc.stop()
+
+
+def test_a_save_puts_its_compaction_in_place_of_a_fragmented_index(db_url, tmp_path):
+    """Bulk writes into a loaded index leave their postings in segments; the save compacts them anyway, and that
+    compaction, caught up with what was written during the save (after the export, and after its first
+    catch-up), becomes the live index. It answers as an index built from the database, and finds both writes;
+    a save at shutdown adopts nothing."""
+    svc, repo, rid = saved_service(db_url, tmp_path)
+    svc.bulk_put(repo, ndjson(skills(200, "fridge", start=400)))   # a segment of its own
+    svc.delete_skill(repo, "s-3", None)                             # a dead slot
+    old = svc.indexes.peek(rid)
+    assert old.segments and old.fragmented()
+    real_save, real_changes = svc.indexes.files.save, svc.indexes.store.changes_since
+    catch_ups = []
+
+    def save_then_write(*args):  # after the export
+        out = real_save(*args)
+        svc.put_skill(repo, "late", SkillDoc("late", "use when lamp", "zebra"), None)
+        return out
+
+    def changes_then_write(repo_id, seq):  # after the adoption's first catch-up: the second, under the lock
+        out = real_changes(repo_id, seq)
+        catch_ups.append(seq)
+        if len(catch_ups) == 1:
+            svc.put_skill(repo, "later", SkillDoc("later", "use when desk", "yak"), None)
+        return out
+
+    svc.indexes.files.save, svc.indexes.store.changes_since = save_then_write, changes_then_write
+    try:
+        assert svc.indexes.save(rid)
+    finally:
+        svc.indexes.files.save, svc.indexes.store.changes_since = real_save, real_changes
+    fresh = svc.indexes.peek(rid)
+    assert len(catch_ups) == 2 and catch_ups[1] > catch_ups[0]
+    assert fresh is not old and not fresh.segments and not fresh.dead
+    assert fresh.seq == old.seq == svc.store.repo_seq(repo)[1]
+    want, docs = reference(db_url, repo)
+    assert answers(svc, repo) == want and fresh.documents() == docs
+    assert [h.name for h in svc.search(repo, "zebra", 1)] == ["late"]
+    assert [h.name for h in svc.search(repo, "yak", 1)] == ["later"]
+    svc.bulk_put(repo, ndjson(skills(100, "desk", start=600)))
+    assert svc.indexes.peek(rid).fragmented()
+    kept = svc.indexes.peek(rid)
+    svc.stop()  # the final save writes the file and leaves the index as it is
+    assert svc.indexes.peek(rid) is kept
+
+
+def test_an_index_is_freed_without_the_garbage_collector():
+    """No reference cycle through an index: an adopted or evicted one (a million skills: gigabytes) is freed
+    when its last reference goes, not at the next full collection."""
+    import gc
+    import weakref
+
+    from services.skillrepo.search import BM25Index
+
+    idx = BM25Index()
+    idx.upsert_texts([(f"s-{i}", f"use when {WORDS[i % 12]}", f"{WORDS[(i * 5) % 12]} w{i}", (1, "h"))
+                      for i in range(500)])
+    assert idx.search(["mug"], 5)
+    ref = weakref.ref(idx)
+    gc.disable()
+    try:
+        del idx
+        assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_stale_file_is_caught_up(db_url, tmp_path):
@@ -291,6 +358,33 @@ def test_bulk_put_writes_versions_like_puts(db_url, tmp_path):
     hits = svc.search(repo, "fridge", 200)
     assert {h.name for h in hits} >= {f"s-{i}" for i in range(150)}
     svc.stop()
+
+
+def test_bulk_blobs_that_exist_already_take_the_conflict_path(pg_server_url):
+    """Blobs are COPYed straight into their table; a batch with a text the database has already (the same
+    skills in a second repo, some texts shared with new ones, a skill written back to an earlier text) fails
+    that COPY on the key and is written through ON CONFLICT DO NOTHING instead, in the same transaction:
+    every version and head is written, each blob once."""
+    with pg_database(pg_server_url) as url:
+        svc = service(url, None)
+        for repo in ("first", "second"):
+            svc.create_repo(repo)
+        svc.bulk_put("first", ndjson(skills(300)))
+        mixed = skills(200) + skills(100, "fridge", start=200)  # 200 texts known, 100 new
+        r = svc.bulk_put("second", ndjson(mixed))
+        assert (r.written, r.seq) == (300, 300)
+        svc.bulk_put("first", ndjson(skills(300, "lamp")))  # every text new: the straight COPY
+        r = svc.bulk_put("first", ndjson(skills(300)))     # written back to the first texts: all known
+        assert (r.written, r.seq) == (300, 900)
+        with psycopg.connect(url.replace("+psycopg", "")) as c:
+            assert c.execute("SELECT count(*) FROM blobs").fetchone()[0] == 300 + 100 + 300
+            assert c.execute("SELECT count(*) FROM skill_versions v LEFT JOIN blobs b ON b.hash = v.blob_hash "
+                             "WHERE b.hash IS NULL").fetchone()[0] == 0  # no version without its blob
+        assert svc.get_skill("second", "s-250").description.endswith("fridge")
+        assert [v.version for v in svc.versions("first", "s-3").versions] == [3, 2, 1]
+        assert svc.get_skill("first", "s-3").body == skills(300)[3]["body"]
+        assert {h.name for h in svc.search("second", "fridge", 300)} >= {f"s-{i}" for i in range(200, 300)}
+        svc.stop()
 
 
 def test_a_bulk_version_past_int4_is_refused_not_wrapped(pg_server_url):
