@@ -623,19 +623,18 @@ class BM25Index:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        """Postings rebuilt from the forward index, dead slots and dead terms dropped (slots renumbered)."""
-        built = build_postings(np.frombuffer(self.fwd_ptr, np.int64), np.frombuffer(self.fwd_terms, np.int32),
-                               np.frombuffer(self.fwd_tfs, np.int32), np.frombuffer(self.alive, np.uint8),
-                               np.frombuffer(self.df, np.int32))
-        alive, live_terms = built["alive_slots"].tolist(), built["live_terms"].tolist()
-        names = [n for n, a in zip(self.names, alive, strict=True) if a]
-        payload = [p for p, a in zip(self.payload, alive, strict=True) if a]
-        dl = array("i", [d for d, a in zip(self.dl, alive, strict=True) if a])
-        term_str = [t for t, keep in zip(self.term_str, live_terms, strict=True) if keep]
+        """Postings rebuilt from the forward index, dead slots and dead terms dropped (slots renumbered): the
+        compaction a save makes of its copy (`compact_state`), made of the live arrays in place."""
+        c = compact_state({"fwd_ptr": np.frombuffer(self.fwd_ptr, np.int64),
+                           "fwd_terms": np.frombuffer(self.fwd_terms, np.int32),
+                           "fwd_tfs": np.frombuffer(self.fwd_tfs, np.int32),
+                           "alive": np.frombuffer(self.alive, np.uint8), "df": np.frombuffer(self.df, np.int32),
+                           "names": self.names, "payload": self.payload, "dl": np.frombuffer(self.dl, np.int32),
+                           "term_str": self.term_str, "seq": self.seq})
         seq, generation, total_len, rebuilds = self.seq, self.generation, self.total_len, self.rebuilds
         self._reset()
         self.seq, self.generation, self.total_len, self.rebuilds = seq, generation, total_len, rebuilds + 1
-        self._install(names, payload, dl, term_str, built)
+        self._install(c.names, c.payload, _array("i", c.dl), c.term_str, c.built)
 
     def _install(self, names: list[str], payload: list[object], dl: array, term_str: list[str],
                  built: dict[str, np.ndarray]) -> None:
