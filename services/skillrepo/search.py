@@ -24,8 +24,9 @@ what was added since: a single write's postings in per-term tails, a bulk write'
 half that one's size, so there are O(log n) of them). A write costs O(tokens of the skill), amortized
 O(tokens x log n) for a bulk one (its merges); a query costs O(the query terms' posting lengths),
 vectorized. A deleted or replaced document leaves a dead slot; when dead slots
-outnumber live ones, or the tails outgrow the base, or the segments grow to twice its size, the base is rebuilt
-(amortized O(1) per write);
+outnumber live ones, or the tails outgrow the base, the base is rebuilt (amortized O(1) per write); when the
+segments grow to twice its size they are folded into it, a merge of sorted runs that renumbers nothing (a
+rebuild instead if there are tails, or dead slots past an eighth);
 a replica that saves its index puts the save's compaction in place of a fragmented one (indexes.py). A bulk
 write's texts are tokenized a chunk at a time (`upsert_texts`: folded and split as one string, each distinct
 raw token mapped to its term id once), to the very tokens `document_tokens` gives.
@@ -223,7 +224,8 @@ def compact_state(state: dict[str, object]) -> Compacted:
 
 
 class Segment:
-    """The postings of slots added by bulk writes since the last rebuild, in compressed-row form over the
+    """The postings of slots added by bulk writes since the base was last rebuilt or folded into, in
+    compressed-row form over the
     terms they hold: ``terms`` ascending, term ``terms[i]`` has slots ``slots[ptr[i]:ptr[i + 1]]``
     (ascending) with those tfs. Every slot of a later segment is above every slot of an earlier one."""
 
@@ -253,23 +255,51 @@ class Segment:
 
     def merged(self, later: Segment) -> Segment:
         """This segment and a later one as one: per term this one's slots, then the later one's."""
-        tid = np.concatenate([np.repeat(self.terms, np.diff(self.ptr)), np.repeat(later.terms, np.diff(later.ptr))])
-        order = np.argsort(tid, kind="stable")  # two sorted runs: a merge, linear
-        return _segment(tid[order], np.concatenate([self.slots, later.slots])[order],
-                        np.concatenate([self.tfs, later.tfs])[order], by_term=True)
+        terms = np.union1d(self.terms, later.terms).astype(np.int32)
+        ptr, slots, tfs = merge_runs([(np.searchsorted(terms, self.terms), self.ptr, self.slots, self.tfs),
+                                      (np.searchsorted(terms, later.terms), later.ptr, later.slots, later.tfs)],
+                                     len(terms))
+        return Segment(terms, ptr, slots, tfs)
 
 
-def _segment(tid: np.ndarray, slot: np.ndarray, tf: np.ndarray, by_term: bool = False) -> Segment:
-    """A segment of (term, slot, tf) entries: sorted here by term then slot (``by_term``: already so)."""
-    if not by_term:
-        # one int64 key per entry, (term, position): a plain sort, and each term's slots stay in order
-        keys = tid.astype(np.int64)
-        keys <<= 32
-        keys |= np.arange(len(keys), dtype=np.int64)
-        keys.sort()
-        keys &= 0xFFFFFFFF
-        tid, slot, tf = tid[keys], slot[keys], tf[keys]
-        del keys
+MERGE_CHUNK = 1 << 22  # entries placed per step of `merge_runs` (its int64 temporaries: ~32 MB each; a row
+                       # longer than this, at most one entry a slot, is placed in one step)
+
+
+def merge_runs(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+               n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compressed rows merged, not sorted: each part is (where, ptr, slots, tfs), its i-th row (entries
+    ``ptr[i]:ptr[i + 1]`` of its slots and tfs, ``ptr[0]`` = 0) being output row ``where[i]`` (distinct
+    within a part); the output's rows hold
+    the parts' runs in the order of ``parts``. Each entry is placed once at its computed position (a few
+    linear passes), where a stable sort of the concatenation cost ~4x as much at a million skills."""
+    counts = np.zeros(n_out, np.int64)
+    for where, ptr, _, _ in parts:
+        counts[where] += np.diff(ptr)
+    out_ptr = np.zeros(n_out + 1, np.int64)
+    np.cumsum(counts, out=out_ptr[1:])
+    del counts
+    slots, tfs = np.empty(int(out_ptr[-1]), np.int32), np.empty(int(out_ptr[-1]), np.int32)
+    fill = out_ptr[:-1].copy()  # where each output row's next run goes
+    for where, ptr, part_slots, part_tfs in parts:
+        assert ptr[0] == 0
+        if ptr[-1] == 0:
+            continue
+        lens = np.diff(ptr)
+        shift = fill[where] - ptr[:-1]  # entry e of row i goes to e + shift[i]
+        cuts = np.searchsorted(ptr, np.arange(0, int(ptr[-1]), MERGE_CHUNK), side="right") - 1
+        for i, j in zip(cuts.tolist(), [*cuts[1:].tolist(), len(lens)], strict=True):
+            a, z = int(ptr[i]), int(ptr[j])
+            dest = np.repeat(shift[i:j], lens[i:j])
+            dest += np.arange(a, z, dtype=np.int64)
+            slots[dest], tfs[dest] = part_slots[a:z], part_tfs[a:z]
+            del dest
+        fill[where] += lens
+    return out_ptr, slots, tfs
+
+
+def _segment(tid: np.ndarray, slot: np.ndarray, tf: np.ndarray) -> Segment:
+    """A segment of (term, slot, tf) entries sorted by term, then slot."""
     starts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]]) if len(tid) else np.zeros(0, np.int64)
     ptr = np.empty(len(starts) + 1, np.int64)
     ptr[:-1], ptr[-1] = starts, len(tid)
@@ -321,6 +351,7 @@ class BM25Index:
         self.step = self.idf_max * (k1 + 1.0) / 255.0
         self.generation = 0
         self.rebuilds = 0  # term ids and slots are renumbered by each
+        self.folds = 0     # segments merged into the base (`_fold_segments`): nothing renumbered
         self._reset()
         self.seq = 0  # the repo change counter this index reflects
 
@@ -497,17 +528,23 @@ class BM25Index:
         self.total_len += int(lens.sum())
         self.alive.extend(b"\x01" * n_new)
         self.generation += n_new
-        # (document, term) pairs with their counts, sorted by document then term
-        keys, tf = np.unique((doc << 32) | ids, return_counts=True)
+        # (term, document) pairs with their counts, sorted by term then document: the segment's order; the
+        # forward index's (by document, then term) from a stable sort of the documents, a radix sort's
+        # linear pass where they fit 16 bits (BATCH's and TEXT_BATCH's chunks do; a bigger one takes a
+        # merge sort), not a second sort of the pairs
+        bits = max(1, (n_new - 1).bit_length())
+        keys, tf = np.unique((ids.astype(np.int64) << bits) | doc, return_counts=True)
         del doc, ids
-        slot = ((keys >> 32) + first).astype(np.int32)
-        tid = (keys & 0xFFFFFFFF).astype(np.int32)
+        tid = (keys >> bits).astype(np.int32)
+        local = (keys & ((1 << bits) - 1)).astype(np.uint16 if bits <= 16 else np.int32)
         tf = tf.astype(np.int32)
         del keys
-        per_doc = np.bincount(slot - first, minlength=n_new)
+        order = np.argsort(local, kind="stable")
+        per_doc = np.bincount(local, minlength=n_new)
         self.fwd_ptr.frombytes((self.fwd_ptr[-1] + np.cumsum(per_doc)).astype(np.int64).tobytes())
-        self.fwd_terms.frombytes(tid.tobytes())
-        self.fwd_tfs.frombytes(tf.tobytes())
+        self.fwd_terms.frombytes(tid[order].tobytes())
+        self.fwd_tfs.frombytes(tf[order].tobytes())
+        del order
         df = np.frombuffer(self.df, np.int32)
         df += np.bincount(tid, minlength=len(df)).astype(np.int32)
         del df
@@ -515,7 +552,8 @@ class BM25Index:
             return
         if self._columns and len(self.names) > self._cap:
             self._grow(len(self.names))
-        segment = _segment(tid, slot, tf)
+        segment = _segment(tid, local.astype(np.int32) + np.int32(first), tf)
+        del local
         if self._columns:
             dl = np.frombuffer(self.dl, np.int32)
             for t, (idf, col) in self._columns.items():
@@ -607,20 +645,38 @@ class BM25Index:
         self.names[slot] = self.payload[slot] = None
         self.dead += 1
 
-    # Segments may hold this many times the base's entries before the base is rebuilt with them. Segments
-    # merge among themselves (O(log n) of them), so a rebuild is for searches (one postings list a term), and
-    # a big import paid for each: at 1 (the base doubling) they were 18 % of the service's CPU at 300,000
-    # skills. At 2 the rebuilds of an import from empty do about 2/3 of that work (a million skills in batches
-    # of 5,000: 895,000 skills' postings rebuilt in all instead of 1,235,000), and at most 2/3 of the entries
-    # wait in segments for the next one (or for a save's compaction, indexes.py). Per-term tails cost a search
-    # more each (a Python array per term): they still wait for the base's size.
+    # Segments may hold this many times the base's entries before they are folded into it. Segments merge
+    # among themselves (O(log n) of them), so folding them in is for searches (one postings list a term).
+    # At 2 an import from empty folds about 2/3 of what it would at 1 (the base doubling): a million skills in
+    # batches of 5,000, 895,000 skills' postings instead of 1,235,000; at most 2/3 of the entries wait in
+    # segments for the next fold (or for a save's compaction, indexes.py). Per-term tails cost a search more
+    # each (a Python array per term): they still wait for the base's size.
     SEGMENT_SHARE = 2
 
     def _maybe_rebuild(self) -> None:
         room = max(4096, len(self.base_slots))
-        if (self.dead > max(64, len(self.slot_of)) or self.tail_entries > room
-                or self.segment_entries > self.SEGMENT_SHARE * room):
+        if self.dead > max(64, len(self.slot_of)) or self.tail_entries > room:
             self._rebuild()
+        elif self.segment_entries > self.SEGMENT_SHARE * room:
+            # a bulk import's case: few dead slots, no tails, nothing to renumber; a merge of the sorted
+            # runs (`_fold_segments`) costs a fraction of a rebuild (a sort of every entry, then the slot
+            # and term maps made again, and each raw token's term id looked up again)
+            if self.tails or 8 * self.dead > len(self.names):
+                self._rebuild()
+            else:
+                self._fold_segments()
+
+    def _fold_segments(self) -> None:
+        """The segments merged into the base, dead slots left in it as in any posting (searches skip them):
+        slot and term ids stay, and so do the cached columns. A tail's slots may lie between two segments'
+        (a single write between bulk ones), so only a rebuild takes tails."""
+        assert not self.tails
+        n_base = len(self.base_ptr) - 1
+        parts = [(np.arange(n_base), self.base_ptr, self.base_slots, self.base_tfs)]
+        parts += [(segment.terms, segment.ptr, segment.slots, segment.tfs) for segment in self.segments]
+        self.base_ptr, self.base_slots, self.base_tfs = merge_runs(parts, len(self.term_str))
+        self.segments, self.segment_entries = [], 0
+        self.folds += 1
 
     def _rebuild(self) -> None:
         """Postings rebuilt from the forward index, dead slots and dead terms dropped (slots renumbered): the
@@ -631,9 +687,9 @@ class BM25Index:
                            "alive": np.frombuffer(self.alive, np.uint8), "df": np.frombuffer(self.df, np.int32),
                            "names": self.names, "payload": self.payload, "dl": np.frombuffer(self.dl, np.int32),
                            "term_str": self.term_str, "seq": self.seq})
-        seq, generation, total_len, rebuilds = self.seq, self.generation, self.total_len, self.rebuilds
+        seq, generation, total_len, rebuilds, folds = self.seq, self.generation, self.total_len, self.rebuilds, self.folds
         self._reset()
-        self.seq, self.generation, self.total_len, self.rebuilds = seq, generation, total_len, rebuilds + 1
+        self.seq, self.generation, self.total_len, self.rebuilds, self.folds = seq, generation, total_len, rebuilds + 1, folds
         self._install(c.names, c.payload, _array("i", c.dl), c.term_str, c.built)
 
     def _install(self, names: list[str], payload: list[object], dl: array, term_str: list[str],

@@ -368,5 +368,106 @@ def test_segments_stay_few_when_each_bulk_chunk_is_smaller_than_the_last():
         idx.upsert_many([(f"c{call}-{i}", [f"t{(i + j) % 500}" for j in range(distinct - 1)] + ["pear"], 0)
                          for i in range(64)])
         most = max(most, len(idx.segments))
-    assert idx.rebuilds == 1 and 1 <= most <= 8
+    assert (idx.rebuilds, idx.folds) == (0, 1) and 1 <= most <= 8  # no slot died: folded, not rebuilt
     assert len(idx.scores(["pear"])) == 65 * 64
+
+
+def test_merge_runs_equals_a_stable_sort(monkeypatch):
+    """Rows merged by computed positions are the stable sort of the concatenation by output row: across
+    empty rows, an empty part, rows longer than a step and steps cutting rows (MERGE_CHUNK made small)."""
+    from services.skillrepo import search
+
+    monkeypatch.setattr(search, "MERGE_CHUNK", 7)
+    rng = np.random.default_rng(5)
+    n_out, parts, next_slot = 40, [], 0
+    for _ in range(5):
+        where = np.sort(rng.choice(n_out, size=rng.integers(0, 25), replace=False))
+        lens = rng.integers(0, 12, size=len(where)) * (rng.random(len(where)) < 0.8)
+        ptr = np.zeros(len(where) + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        slots = np.arange(next_slot, next_slot + int(ptr[-1]), dtype=np.int32)  # a later part's are higher
+        rng.shuffle(slots)  # (any order within a row: merge_runs keeps it)
+        next_slot += int(ptr[-1])
+        parts.append((where, ptr, slots, (slots * 3 + 1).astype(np.int32)))
+    empty = np.zeros(0, np.int32)
+    parts.insert(2, (np.zeros(0, np.int64), np.zeros(1, np.int64), empty, empty))  # a part of no rows
+    parts.insert(4, (np.array([3, 9]), np.zeros(3, np.int64), empty, empty))        # of empty rows only
+    lead = np.array([0, 0, 0, 20], np.int64)  # two empty rows, then one longer than a step
+    parts.append((np.array([1, 2, 5]), lead, np.arange(next_slot, next_slot + 20, dtype=np.int32),
+                  np.arange(next_slot, next_slot + 20, dtype=np.int32) * 3 + 1))
+    ptr, slots, tfs = search.merge_runs(parts, n_out)
+    row = np.concatenate([np.repeat(w, np.diff(p)) for w, p, _, _ in parts])
+    order = np.argsort(row, kind="stable")
+    assert (slots == np.concatenate([s for _, _, s, _ in parts])[order]).all()
+    assert (tfs == slots * 3 + 1).all()
+    assert (ptr == np.r_[0, np.cumsum(np.bincount(row, minlength=n_out))]).all()
+
+
+@pytest.mark.parametrize("small_query", [BM25Index.SMALL_QUERY, 0], ids=["python-path", "numpy-path"])
+def test_bulk_writes_fold_segments_into_the_base_without_renumbering(small_query):
+    """An import's shape: bulk writes only, a few of them replacing names (dead slots under an eighth). The
+    segments are folded into the base (no rebuild: slot and term ids stay, cached columns kept), and every
+    answer stays the reference's, a rare term's (the plain-Python scorer) as a frequent one's; dead slots
+    past an eighth make the next one a rebuild."""
+    rng = random.Random(9)
+    idx = BM25Index()
+    idx.SMALL_QUERY = small_query
+    docs: dict[str, list[str]] = {}
+    cached, kept_through_fold = {}, False
+    for step in range(60):
+        folds = idx.folds
+        batch = [(f"s{rng.randint(0, 30_000) if rng.random() < 0.05 else 100_000 + step * 1000 + i}",
+                  random_doc(rng) + [f"u{rng.randint(0, 500)}"], step) for i in range(rng.randint(64, 900))]
+        if step % 2:
+            idx.upsert_many(batch)
+        else:
+            idx.upsert_texts([(name, "", " ".join(toks), payload) for name, toks, payload in batch])
+            batch = [(name, document_tokens(name, "", " ".join(toks)), payload) for name, toks, payload in batch]
+        docs.update((n, t) for n, t, _ in batch)
+        if step % 10 == 9:
+            for query in ([rng.choice(WORDS) for _ in range(rng.randint(1, 4))] + [f"u{rng.randint(0, 500)}"],
+                          [f"u{rng.randint(0, 500)}"]):
+                ref = _fast_reference(docs, query)
+                got = idx.scores(query)
+                assert got.keys() == ref.keys() and all(got[k] == pytest.approx(ref[k], rel=1e-9) for k in ref)
+                expect = sorted(ref.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+                assert [n for n, _, _ in idx.search(query, 5)] == [n for n, _ in expect]
+            cached = dict(idx._columns)
+        elif idx.folds > folds and cached:  # a fold kept the columns searches had built (a rebuild drops them)
+            assert cached.keys() <= idx._columns.keys()
+            kept_through_fold = True
+    assert idx.rebuilds == 0 and idx.folds >= 2 and idx.dead > 0 and not idx.tails
+    assert kept_through_fold or small_query
+    for tid in range(len(idx.base_ptr) - 1):  # each term's base slots ascending across the folded runs
+        assert (np.diff(idx.base_slots[idx.base_ptr[tid]:idx.base_ptr[tid + 1]]) > 0).all()
+    for name in sorted(docs)[: len(docs) // 4]:  # dead slots past an eighth: the next one rebuilds
+        idx.remove(name)
+        docs.pop(name)
+    late = [(f"late{i}", random_doc(rng), 0) for i in range(20_000)]
+    idx.SEGMENT_SHARE = 0.25  # (this many entries trigger the base's next turn)
+    idx.upsert_many(late)
+    docs.update((n, t) for n, t, _ in late)
+    assert idx.rebuilds >= 1
+    query = [rng.choice(WORDS) for _ in range(3)]
+    ref = _fast_reference(docs, query)
+    got = idx.scores(query)
+    assert got.keys() == ref.keys() and all(got[k] == pytest.approx(ref[k], rel=1e-9) for k in ref)
+
+
+def test_a_single_write_between_bulk_ones_makes_the_next_turn_a_rebuild():
+    """A tail's slot lies between two segments' slots, which a fold's order (base, segments) would misplace:
+    with tails the segments' turn is a rebuild, and answers stay the reference's."""
+    idx = BM25Index()
+    docs = {f"b{i}": [f"t{i % 50}", "pear"] for i in range(5000)}
+    idx.upsert_many([(n, t, 0) for n, t in docs.items()])
+    turns = idx.rebuilds, idx.folds
+    idx.upsert("single", ["pear", "plum"])
+    docs["single"] = ["pear", "plum"]
+    late = {f"c{i}": [f"t{i % 70}", "plum"] for i in range(20_000)}
+    idx.upsert_many([(n, t, 0) for n, t in late.items()])
+    docs.update(late)
+    assert (idx.rebuilds, idx.folds) == (turns[0] + 1, turns[1]) and not idx.tails and not idx.segments
+    for query in (["plum"], ["pear", "plum"], ["t3", "plum"]):
+        ref = _fast_reference(docs, query)
+        got = idx.scores(query)
+        assert got.keys() == ref.keys() and all(got[k] == pytest.approx(ref[k], rel=1e-9) for k in ref)
