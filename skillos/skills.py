@@ -268,10 +268,14 @@ def from_fields(name: Any, description: Any, body: Any = "", metadata: dict[str,
         if reserved in meta:
             raise SkillFormatError("invalid_metadata", f"metadata must not contain {reserved!r}: "
                                                        "give it as its own field")
-    # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
-    _check_metadata({"name": "", "description": "", **meta})
     doc = SkillDoc(validate_name(name), validate_description(description),
                    _check_body(_clean_body(body), max_body_bytes), meta)
+    if not meta:
+        # nothing to check: a name and a description alone are always YAML, and within the bound (every
+        # character escaped, the widest as \UXXXXXXXX, is 10,327 bytes; tests/skillrepo/test_skill_format.py)
+        return doc
+    # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
+    _check_metadata({"name": "", "description": "", **meta})
     # metadata must survive the YAML round trip unchanged (e.g. no Python objects)
     try:
         head = _front_yaml(doc)

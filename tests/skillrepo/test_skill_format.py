@@ -149,3 +149,34 @@ def test_plain_frontmatter_edge_cases(text):
         want = yaml.dump({"name": name, "description": desc}, Dumper=yaml.SafeDumper, sort_keys=False,
                          allow_unicode=True, width=1 << 30)
         assert _plain_front.__wrapped__(name, desc) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=1024))
+def test_a_name_and_description_alone_fit_the_frontmatter_bound(text):
+    """`from_fields` skips the YAML size check when there is no metadata: a longest name and any
+    description of at most 1,024 characters must be within FRONTMATTER_MAX_BYTES as YAML."""
+    from skillos.skills import FRONTMATTER_MAX_BYTES, _front_yaml
+
+    try:
+        doc = from_fields("a" * 64, text, "b")
+    except SkillFormatError:
+        return  # refused for its own reason (blank, a NUL, a lone surrogate)
+    assert len(_front_yaml(doc).encode("utf-8")) <= FRONTMATTER_MAX_BYTES
+
+
+def test_the_widest_escapes_fit_the_frontmatter_bound():
+    """Every character repeated to the description's limit (a sample of every plane; escaped ones take up
+    to 10 bytes each as YAML): the frontmatter of a name and description alone stays within the bound."""
+    from skillos.skills import DESCRIPTION_MAX, FRONTMATTER_MAX_BYTES, NAME_MAX, _front_yaml
+
+    widest = 0
+    for cp in [*range(0, 0x800), *range(0x800, 0x110000, 251)]:
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        try:
+            doc = from_fields("a" * NAME_MAX, "a" + chr(cp) * (DESCRIPTION_MAX - 1), "b")
+        except SkillFormatError:
+            continue
+        widest = max(widest, len(_front_yaml(doc).encode("utf-8")))
+    assert 10_000 < widest <= FRONTMATTER_MAX_BYTES
