@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -89,7 +88,7 @@ def validate_name(name: Any) -> str:
         raise SkillFormatError("invalid_name", "skill name is missing: give 1-64 chars of a-z, 0-9 and '-'")
     if len(name) > NAME_MAX:
         raise SkillFormatError("invalid_name", f"skill name is {len(name)} chars long; the limit is {NAME_MAX}")
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):  # (match with "$" would take a name ending in a newline)
         raise SkillFormatError(
             "invalid_name",
             f"skill name {name!r} is invalid: use only a-z, 0-9 and single '-' between words "
@@ -242,9 +241,6 @@ _PLAIN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9]*(?: [A-Za-z0-9]+)*")
 _YAML_WORDS = frozenset(["yes", "no", "true", "false", "on", "off", "null", "y", "n"])
 
 
-# from_fields checks the frontmatter's size and serialize writes it: one dump for both; sized for a bulk
-# request's skills, validated all before any is written
-@lru_cache(maxsize=32768)
 def _plain_front(name: str, description: str) -> str:
     if (_PLAIN_NAME.fullmatch(name) and _PLAIN_TEXT.fullmatch(description)
             and name.lower() not in _YAML_WORDS and description.lower() not in _YAML_WORDS):
@@ -268,14 +264,15 @@ def from_fields(name: Any, description: Any, body: Any = "", metadata: dict[str,
         if reserved in meta:
             raise SkillFormatError("invalid_metadata", f"metadata must not contain {reserved!r}: "
                                                        "give it as its own field")
+    if meta:
+        # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
+        _check_metadata({"name": "", "description": "", **meta})
     doc = SkillDoc(validate_name(name), validate_description(description),
                    _check_body(_clean_body(body), max_body_bytes), meta)
     if not meta:
-        # nothing to check: a name and a description alone are always YAML, and within the bound (every
+        # nothing more to check: a name and a description alone are always YAML, and within the bound (every
         # character escaped, the widest as \UXXXXXXXX, is 10,327 bytes; tests/skillrepo/test_skill_format.py)
         return doc
-    # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
-    _check_metadata({"name": "", "description": "", **meta})
     # metadata must survive the YAML round trip unchanged (e.g. no Python objects)
     try:
         head = _front_yaml(doc)

@@ -1,10 +1,11 @@
 """One paired run of scenario 6 at a million skills, as in RESULTS-reliability.md (2026-12-04): the scenario's
 command, plus the machine's /proc/stat times over the run (steal: another tenant's share of these cores).
 
-    PYTHONPATH=<checkout> .venv/bin/python bench/evidence/million-import-2026-12-04/run_million.py OUT
+    cd CHECKOUT && PYTHONPATH=CHECKOUT /path/to/main/.venv/bin/python /path/to/main/bench/evidence/million-import-2026-12-04/run_million.py OUT
 
-writes OUT.json (the scenario's result) and OUT.md (its table). Run from the checkout being measured (a
-worktree of the commit before, then this one): the service is started from the PYTHONPATH's code."""
+writes OUT.json (the scenario's result) and OUT.md (its table). CHECKOUT is the code measured (a worktree of
+the commit before, `git worktree add ../before <commit>`, then this checkout): the service is started from
+the PYTHONPATH's code, with the main checkout's virtual environment."""
 import json
 import os
 import sys
