@@ -292,8 +292,8 @@ class IndexManager:
     def _adopt(self, repo_id: int, idx: BM25Index, compacted: Compacted) -> bool:
         """The save's compaction in place of the live index, when that one is fragmented: bulk writes leave
         their postings in segments, which a search reads one by one until they outgrow the base and are
-        folded into it (`BM25Index._fold_segments`, under the index's lock: a second or more at a million
-        skills), and dead slots until a rebuild (a search over HTTP there: p50 13.4-13.9 ms before this,
+        folded into it (`BM25Index._fold_segments`, under the index's lock, a pass over every posting at a
+        million skills), and dead slots until a rebuild (a search over HTTP there: p50 13.4-13.9 ms before this,
         8.2-9.9 ms after; RESULTS-reliability.md, scenario 6). The save
         built the compacted postings anyway; made an index, caught up with what was written since the export
         and warmed, it replaces the live one (the LRU's entry, as a reload does: searches in flight finish on
