@@ -22,7 +22,8 @@ How a curator call becomes a skill (`skill_from_call`):
     becomes the description, cut to 1024 chars.
   * Refused with a reason: empty content, malformed frontmatter or YAML, a body over the size limit.
 
-What a document may not hold (refused with a reason, whatever the route): frontmatter over
+What a document may not hold (refused with a reason, whatever the route): the key `EXAMPLES_KEY`
+(a skill's worked examples are kept beside its document, written by the system: ``reserved_key``), frontmatter over
 `FRONTMATTER_MAX_BYTES` or nested deeper than `METADATA_MAX_DEPTH`, YAML anchors and aliases (``&a``,
 ``*a``: a few hundred bytes of aliases expand to gigabytes), values that are not JSON (``!!binary``,
 ``!!set``, ``!!timestamp``), and NUL characters or lone surrogates anywhere (storage refuses them).
@@ -43,6 +44,8 @@ NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 FRONTMATTER_MAX_BYTES = 16 * 1024  # name, description (<= 1024 chars) and the metadata, as YAML
+# where the skill repo keeps a skill's worked examples in its stored metadata: never a frontmatter key
+EXAMPLES_KEY = "x-skillos-examples"
 METADATA_MAX_DEPTH = 32            # levels of the frontmatter mapping (itself level 1)
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FRONTMATTER_RE = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
@@ -59,10 +62,13 @@ class SkillFormatError(ValueError):
 
 @dataclass
 class SkillDoc:
+    """A skill. ``examples``: its worked examples (`WorkedExample.model_dump(mode="json")` each), kept with it
+    by the skill repo but never part of its SKILL.md text (`serialize` leaves them out)."""
     name: str
     description: str
     body: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    examples: list[dict[str, Any]] = field(default_factory=list)
 
     def to_markdown(self) -> str:
         return serialize(self)
@@ -145,8 +151,9 @@ def _check_body(body: str, max_body_bytes: int) -> str:
     return body
 
 
-def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
-    """(frontmatter mapping or None when there is none, body)."""
+def split_frontmatter(text: str, *, max_bytes: int = FRONTMATTER_MAX_BYTES) -> tuple[dict[str, Any] | None, str]:
+    """(frontmatter mapping or None when there is none, body). ``max_bytes``: the frontmatter's bound (a
+    worked example's file has its own, `skillos.worked_examples` bounds every field)."""
     if not text.startswith("---"):
         return None, text
     m = _FRONTMATTER_RE.match(text)
@@ -154,7 +161,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
         raise SkillFormatError("malformed_frontmatter",
                                "the document starts with '---' but the frontmatter is never closed: "
                                "end it with a line '---'")
-    data = _load_frontmatter(m.group(1))
+    data = _load_frontmatter(m.group(1), max_bytes)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -168,12 +175,12 @@ _OPEN_EVENTS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSE_EVENTS = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
-def _load_frontmatter(text: str) -> Any:
+def _load_frontmatter(text: str, max_bytes: int = FRONTMATTER_MAX_BYTES) -> Any:
     """The frontmatter's YAML, refused before it is built when it is too big, too deep or uses aliases."""
     size = len(text.encode("utf-8", "surrogatepass"))
-    if size > FRONTMATTER_MAX_BYTES:
+    if size > max_bytes:
         raise SkillFormatError("frontmatter_too_large", f"the frontmatter is {size} bytes; the limit is "
-                                                        f"{FRONTMATTER_MAX_BYTES}: move long text into the body")
+                                                        f"{max_bytes}: move long text into the body")
     _check_text(text, "the frontmatter")
     try:
         # every level of nesting takes an indicator ('-', '?', ':', '[', '{') and an alias a '*': without
@@ -211,6 +218,13 @@ def _check_metadata(meta: dict[str, Any]) -> None:
         raise SkillFormatError(code, problem.message)
 
 
+def _check_reserved(meta: dict[str, Any]) -> None:
+    if EXAMPLES_KEY in meta:
+        raise SkillFormatError("reserved_key", f"the key {EXAMPLES_KEY!r} is reserved: a skill's worked examples "
+                                               "are set through its examples route (POST /v1/repos/{repo}/skills/"
+                                               "{name}/examples) or an archive's <name>/examples/ folder")
+
+
 def parse(text: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> SkillDoc:
     """Parse a whole SKILL.md document (frontmatter required)."""
     if not isinstance(text, str):
@@ -220,6 +234,7 @@ def parse(text: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> SkillDo
         raise SkillFormatError("missing_frontmatter",
                                "a skill document starts with YAML frontmatter: '---', 'name: ...', "
                                "'description: ...', '---', then the body")
+    _check_reserved(front)
     name = validate_name(front.pop("name", None))
     description = validate_description(front.pop("description", None))
     return SkillDoc(name, description, _check_body(_clean_body(body), max_body_bytes), front)
@@ -264,6 +279,7 @@ def from_fields(name: Any, description: Any, body: Any = "", metadata: dict[str,
         if reserved in meta:
             raise SkillFormatError("invalid_metadata", f"metadata must not contain {reserved!r}: "
                                                        "give it as its own field")
+    _check_reserved(meta)
     if meta:
         # the same rules as a document's frontmatter (depth first: the YAML emitter recurses)
         _check_metadata({"name": "", "description": "", **meta})
@@ -301,6 +317,7 @@ def skill_from_call(skill_name: Any, content: Any, *,
         raise SkillFormatError("empty_content", "content is empty: give the skill's Markdown instructions")
     front, body = split_frontmatter(content.strip("\ufeff"))
     front = dict(front or {})
+    _check_reserved(front)
     front.pop("name", None)  # the call's skill_name is authoritative
     body = _clean_body(body)
     description = front.pop("description", None)

@@ -29,6 +29,7 @@ from skillos.protocol.runs import (
     to_dict,
 )
 from skillos.protocol.skillrepo import REPO_NAME_PATTERN, OpLog, SkillVersion, TokenInfo
+from skillos.worked_examples import render
 
 TOKEN_RECHECK_S = 60.0     # a session's token is confirmed with the skill repo at most this often
 OPEN_CHECK_S = 10.0        # how long "the skill repo is open" is believed
@@ -251,9 +252,11 @@ class ConsoleService:
             except SkillRepoError as e:
                 raise repo_error(e, "Version") from None
         view = skill_view(shown.content) if shown is not None and shown.content is not None else None
+        # each worked example as the executor is shown it
+        examples = [(e, render(e)) for e in (shown.examples or [])] if shown is not None else []
         used_in = await run_in_threadpool(self.runs.tasks_with_skill, repo, name, 20)
         return {"repo": repo, "name": name, "versions": versions, "head": head, "shown": shown, "view": view,
-                "deleted": head.deleted, "used_in": used_in}
+                "examples": examples, "deleted": head.deleted, "used_in": used_in}
 
     async def diff_page(self, session: Session, repo: str, name: str, a: int | None, b: int | None) -> dict[str, Any]:
         c, versions = await self._versions(session, repo, name)

@@ -14,6 +14,8 @@ from skillos.protocol.skillrepo import (
     LOG_ID_MAX,
     VERSION_MAX,
     BulkResult,
+    ExampleList,
+    ExampleResult,
     ForkRequest,
     ImportResult,
     IndexStatus,
@@ -38,6 +40,7 @@ from skillos.protocol.skillrepo import (
 )
 from skillos.service import run_bounded
 from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
+from skillos.worked_examples import WorkedExample
 
 _ERRORS = {s: {"model": ErrorResponse} for s in (400, 401, 403, 404, 409, 412, 413, 415, 422)}
 _SKILL_BODY = {
@@ -240,6 +243,31 @@ async def restore_skill(repo: str, name: str, body: RestoreSkillRequest, svc: Sv
     return await _db(svc, svc.restore_skill, repo, name, body.version, origin)
 
 
+# --- worked examples ---
+
+@router.get("/repos/{repo}/skills/{name}/examples", response_model=ExampleList,
+            summary="The skill's worked examples (system-written, at most 3)")
+async def list_examples(repo: str, name: str, svc: Svc, auth: Auth) -> ExampleList:
+    auth.require(repo)
+    return ExampleList(examples=await _db(svc, svc.list_examples, repo, name))
+
+
+@router.post("/repos/{repo}/skills/{name}/examples", response_model=ExampleResult,
+             summary="Keep a worked example with the skill, by the repo's rule (a few, the shortest, one per kind)")
+async def add_example(repo: str, name: str, body: WorkedExample, svc: Svc, auth: Auth) -> ExampleResult:
+    auth.require(repo, write=True)
+    return await _db(svc, svc.add_example, repo, name, body)
+
+
+@router.delete("/repos/{repo}/skills/{name}/examples/{example_id}", status_code=204,
+               summary="Drop one of the skill's worked examples (a new version)")
+async def delete_example(repo: str, name: str, example_id: Annotated[str, Path(max_length=64)], svc: Svc,
+                         auth: Auth) -> Response:
+    auth.require(repo, write=True)
+    await _db(svc, svc.delete_example, repo, name, example_id)
+    return Response(status_code=204)
+
+
 # --- search and ops ---
 
 @router.get("/repos/{repo}/search", response_model=SearchResponse,
@@ -297,7 +325,7 @@ async def index_status(repo: str, svc: Svc, auth: Auth) -> IndexStatus:
 
 @router.get("/repos/{repo}/export", response_class=Response,
             responses={200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}},
-            summary="A tar.gz of <name>/SKILL.md folders")
+            summary="A tar.gz of <name>/SKILL.md folders, with each skill's <name>/examples/NN-<id>.md")
 async def export(repo: str, svc: Svc, auth: Auth) -> Response:
     auth.require(repo)
     data = await _db(svc, svc.export, repo, whole_repo=True)
@@ -306,7 +334,9 @@ async def export(repo: str, svc: Svc, auth: Auth) -> Response:
 
 
 @router.post("/repos/{repo}/import", response_model=ImportResult, openapi_extra=_ARCHIVE_BODY,
-             summary="Add or replace skills from a tar.gz of <name>/SKILL.md folders (all or nothing)")
+             summary=("Add or replace skills from a tar.gz of <name>/SKILL.md folders (all or nothing); a folder's "
+                      "examples/*.md become the skill's worked examples (none there: it keeps its own, unless "
+                      "?replace=true, which makes the repo the archive)"))
 async def import_(repo: str, request: Request, svc: Svc, auth: Auth,
                   replace: Annotated[bool, Query(description="also delete skills not in the archive")] = False):
     auth.require(repo, write=True)

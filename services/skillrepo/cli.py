@@ -31,7 +31,8 @@ TokenOption = typer.Option("", "--token", envvar="SKILLOS_API_TOKEN", help="Bear
 
 
 def folder_archive(path: Path) -> bytes:
-    """A tar.gz of every */SKILL.md under ``path`` (a folder of skill folders, or one skill folder)."""
+    """A tar.gz of every */SKILL.md under ``path`` (a folder of skill folders, or one skill folder), each
+    with its worked examples (examples/*.md)."""
     files = sorted(path.rglob("SKILL.md"))
     if not files:
         raise FileNotFoundError(f"no SKILL.md under {path}")
@@ -39,7 +40,13 @@ def folder_archive(path: Path) -> bytes:
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for f in files:
             tar.add(f, arcname=f"{f.parent.name}/SKILL.md")
+            for example in sorted((f.parent / "examples").glob("*.md")):
+                tar.add(example, arcname=f"{f.parent.name}/examples/{example.name}")
     return buf.getvalue()
+
+
+def _examples_note(examples) -> str:
+    return f"{len(examples)} worked examples: {', '.join(e.id for e in examples)}" if examples else ""
 
 
 def seed_repo(svc, repo: str, folder: Path) -> None:
@@ -126,18 +133,22 @@ def put(repo: str, source: str = typer.Argument(..., help="a SKILL.md file, a sk
     """Create or replace a skill from a SKILL.md document."""
     text = _read(source)
     s = _run(lambda: _client(url, token).put_skill(repo, text, if_match=if_match))
-    typer.echo(f"{s.name} version {s.version}")
+    typer.echo(f"{s.name} version {s.version}" + (f" ({_examples_note(s.examples)})" if s.examples else ""))
 
 
 @repo_app.command("get")
 def get(repo: str, name: str, json_out: bool = typer.Option(False, "--json"),
         url: str = UrlOption, token: str = TokenOption) -> None:
-    """Print a skill's SKILL.md document (or its JSON with --json)."""
+    """Print a skill's SKILL.md document (or its JSON with --json, worked examples included); its worked
+    examples' ids go to stderr."""
     c = _client(url, token)
+    skill = _run(lambda: c.get_skill(repo, name))
     if json_out:
-        print_json(_run(lambda: c.get_skill(repo, name)).model_dump(mode="json"))
+        print_json(skill.model_dump(mode="json"))
     else:
-        typer.echo(_run(lambda: c.get_skill_markdown(repo, name)), nl=False)
+        typer.echo(skill.content, nl=False)  # the document alone on stdout: it can be piped or saved as it is
+        if skill.examples:
+            typer.echo(f"# {_examples_note(skill.examples)} (--json shows them)", err=True)
 
 
 @repo_app.command("rm")
@@ -159,11 +170,13 @@ def search(repo: str, query: str, k: int = KOption,
     if mode not in SEARCH_MODES:
         fail(f"unknown mode {mode!r}: use {', '.join(SEARCH_MODES)}")
     for h in _run(lambda: _client(url, token).search(repo, query, k, mode)):
-        typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}")
+        typer.echo(f"{h.score:8.3f}  {h.name} (v{h.version})  {h.description}"
+                   + (f"  [{len(h.examples)} examples]" if h.examples else ""))
 
 
 @repo_app.command("ops")
-def ops(repo: str, source: str = typer.Argument(..., help="JSON file (or -): a list of ops or {\"ops\": [...]}"),
+def ops(repo: str, source: str = typer.Argument(..., help="JSON file (or -): a list of ops or {\"ops\": [...]} "
+                                                          "(with \"example\": a worked example to keep)"),
         key: str = typer.Option(None, "--idempotency-key"),
         non_atomic: bool = typer.Option(False, "--non-atomic", help="apply the valid ops, refuse the rest"),
         url: str = UrlOption, token: str = TokenOption) -> None:
@@ -175,7 +188,10 @@ def ops(repo: str, source: str = typer.Argument(..., help="JSON file (or -): a l
     op_list = data.get("ops") if isinstance(data, dict) else data
     if not isinstance(op_list, list):
         fail("give a JSON list of ops or an object with an 'ops' list")
-    print_json(_run(lambda: _client(url, token).apply_ops(repo, op_list, key, not non_atomic))
+    example = data.get("example") if isinstance(data, dict) else None
+    if example is not None and not isinstance(example, dict):
+        fail("'example' must be a JSON object: a worked example (task, steps, ...)")
+    print_json(_run(lambda: _client(url, token).apply_ops(repo, op_list, key, not non_atomic, example=example))
                .model_dump(mode="json"))
 
 

@@ -369,7 +369,7 @@ class DenseIndexes:
         SKILL_VECTORS.labels("encoded").inc(len(missing))
         if missing:
             found = self.store.blob_texts(missing)  # the BM25 index keeps no text
-            texts = [skill_text(wanted[h][0], *found[h]) for h in missing]
+            texts = [skill_text(wanted[h][0], *found[h][:2]) for h in missing]
             if len(missing) > 100:
                 log.info("embedding_skills", count=len(missing))
             encoded = encoder.encode(texts)

@@ -8,6 +8,10 @@ effect of the ones before it. Semantics (the paper's tool names):
     the document (same rules as insert), ``new_name`` renames it (the old name gets a delete version).
     Giving neither is refused. Content equal to the current one is applied without a new version.
   * ``skill_delete(skill_name)``: the skill must exist.
+A batch's worked example (``example``) is merged (`skillos.worked_examples.merge`) into the examples of
+every skill an applied insert or update writes, in that op's own write (one version); an update keeps
+the skill's examples, also across a rename, and a delete drops them. Content can never set examples
+(`skillos.skills.EXAMPLES_KEY` is refused).
 ``skill_name`` of update/delete is looked up as given, then normalized ("Clean Object" finds
 "clean-object"). Extra argument keys are ignored. Atomic batches (the endpoint's default): when one op
 is refused none is applied and the valid ops say ``batch_aborted``; non-atomic batches apply every
@@ -22,12 +26,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.skillrepo.examples import merged
 from services.skillrepo.store import WriteTx
 from skillos.curation.ops import OP_NAMES, required
 from skillos.protocol.skillrepo import Op, OpOutcome
 from skillos.skills import SkillDoc, SkillFormatError, normalize_name, skill_from_call
 from skillos.textguard import MAX_JSON_DEPTH as _MAX_ARGS_DEPTH
 from skillos.textguard import check_value
+from skillos.worked_examples import WorkedExample
 
 
 class Refused(Exception):
@@ -72,8 +78,18 @@ def _existing(tx: WriteTx, raw: str) -> str:
                                      "new_skill_insert or use an existing name", name or raw)
 
 
-def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int) -> tuple[str, int, str]:
-    """(skill name, version, message) of an applied op; raises `Refused`."""
+def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExample | None) -> str | None:
+    """Set ``doc``'s examples: ``kept`` with ``example`` merged in; merge's verdict (None: no example)."""
+    doc.examples = kept
+    if example is None:
+        return None
+    doc.examples, verdict = merged(kept, example)
+    return verdict
+
+
+def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int,
+               example: WorkedExample | None) -> tuple[str, int, str, str | None]:
+    """(skill name, version, message, what became of ``example``) of an applied op; raises `Refused`."""
     if op.name not in OP_NAMES:
         raise Refused("unknown_op", f"unknown op {op.name!r}: use one of {', '.join(OP_NAMES)}")
     args = _arguments(op)
@@ -85,10 +101,11 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int) -> tuple[str, int, str]
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
-            return doc.name, tx.put(doc, "insert"), "inserted"
+            verdict = _with_example(doc, [], example)
+            return doc.name, tx.put(doc, "insert"), "inserted", verdict
         if op.name == "skill_delete":
             name = _existing(tx, args["skill_name"])
-            return name, tx.delete(name, "delete"), "deleted"
+            return name, tx.delete(name, "delete"), "deleted", None
         # skill_update
         name = _existing(tx, args["skill_name"])
         new_name, new_content = args.get("new_name"), args.get("new_content")
@@ -105,28 +122,33 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int) -> tuple[str, int, str]
             raise Refused("skill_exists", f"cannot rename {name!r} to {target!r}: that skill already exists", name)
         if new_content is not None:
             doc = skill_from_call(target, new_content, max_body_bytes=max_body_bytes)
+            kept = tx.examples(name)
         else:
             cur = tx.get(name)
             doc = SkillDoc(target, cur.description, cur.body, cur.metadata)
+            kept = cur.examples
+        verdict = _with_example(doc, kept, example)
         if target != name:
             tx.delete(name, "rename")
-            return target, tx.put(doc, "update"), f"renamed from {name!r}"
+            return target, tx.put(doc, "update"), f"renamed from {name!r}", verdict
         before = tx.head(name)[0]
         version = tx.put(doc, "update")
-        return name, version, "updated" if version != before else "unchanged: same content"
+        return name, version, "updated" if version != before else "unchanged: same content", verdict
     except SkillFormatError as e:
         raise Refused(e.code, e.message, args.get("skill_name") if isinstance(args.get("skill_name"), str)
                       else None) from None
 
 
-def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int) -> tuple[bool, list[OpOutcome]]:
-    """Apply ``ops`` in ``tx``; returns (every op applied, verdicts). The caller rolls back on an atomic refusal."""
+def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int,
+              example: WorkedExample | None = None) -> tuple[bool, list[OpOutcome]]:
+    """Apply ``ops`` in ``tx``, ``example`` kept with the skills they write; returns (every op applied,
+    verdicts). The caller rolls back on an atomic refusal."""
     verdicts: list[OpOutcome] = []
     for i, op in enumerate(ops):
         try:
-            name, version, message = _apply_one(tx, op, max_body_bytes)
+            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example)
             verdicts.append(OpOutcome(index=i, name=op.name, status="applied", message=message,
-                                      skill_name=name, version=version))
+                                      skill_name=name, version=version, example=kept))
         except Refused as r:
             verdicts.append(OpOutcome(index=i, name=op.name, status="refused", code=r.code, message=r.message,
                                       skill_name=r.skill_name))
@@ -135,6 +157,6 @@ def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int) -> 
         first = refused[0]
         for v in verdicts:
             if v.status == "applied":
-                v.status, v.code, v.version = "refused", "batch_aborted", None
+                v.status, v.code, v.version, v.example = "refused", "batch_aborted", None, None
                 v.message = f"valid, but not applied: op {first.index} was refused ({first.code})"
     return not refused, verdicts

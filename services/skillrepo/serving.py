@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import lzma
+import posixpath
 import tarfile
 import threading
 import time
@@ -25,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json
 
+from services.skillrepo import examples as worked
 from services.skillrepo.db import migrate
 from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
 from services.skillrepo.index_files import IndexFiles
@@ -52,6 +54,7 @@ from skillos.logging import get_logger
 from skillos.protocol.skillrepo import (
     VERSION_MAX,
     BulkResult,
+    ExampleResult,
     ImportResult,
     IndexStatus,
     OpLog,
@@ -69,6 +72,7 @@ from skillos.protocol.skillrepo import (
 )
 from skillos.skills import SkillDoc, SkillFormatError, from_fields, parse
 from skillos.textguard import decimal
+from skillos.worked_examples import MAX_PER_SKILL, WorkedExample
 
 _VERDICTS = TypeAdapter(list[OpOutcome])   # the op log's entries, serialized in one call
 OPS_TOTAL = Counter("skillos_skillrepo_ops_total", "Curator ops by verdict", ["op", "status"])
@@ -168,33 +172,44 @@ def _bulk_line(line: bytes):
         return json.loads(line, parse_constant=_not_json)
 
 
+HitTexts = tuple[str, str, list[WorkedExample], int]   # description, body, examples, size (bytes, about)
+
+
 class BlobTexts:
-    """blob hash -> (description, body) of search hits, read from the database and kept (least recently used
-    go). Content-addressed, so a kept entry is never stale; a small repo's hits are all kept."""
+    """blob hash -> (description, body, examples, size) of search hits, read from the database and kept (least
+    recently used go). Content-addressed, so a kept entry is never stale; a small repo's hits are all kept."""
 
     def __init__(self, store: Store, max_bytes: int = 64 << 20):
         self.store, self.max_bytes = store, max_bytes  # bodies reach 64 KiB: a count bound is no memory bound
-        self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._kept: OrderedDict[str, HitTexts] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
+    @staticmethod
+    def _entry(description: str, body: str, examples: list[dict]) -> HitTexts:
+        if not examples:
+            return description, body, [], len(description) + len(body)
+        # validated once here, not per search; an example is about its JSON's size in memory, twice over
+        return (description, body, worked.loaded(examples),
+                len(description) + len(body) + 2 * len(json.dumps(examples)))
+
+    def get(self, hashes: list[str]) -> dict[str, HitTexts]:
         with self._lock:
             out = {h: self._kept[h] for h in hashes if h in self._kept}
             for h in out:
                 self._kept.move_to_end(h)
         missing = [h for h in hashes if h not in out]
         if missing:
-            found = self.store.blob_texts(missing)
+            found = {h: self._entry(*row) for h, row in self.store.blob_texts(missing).items()}
             out.update(found)
             with self._lock:
                 for h, texts in found.items():
                     if h not in self._kept:
                         self._kept[h] = texts
-                        self._bytes += len(texts[0]) + len(texts[1])
+                        self._bytes += texts[3]
                 while self._bytes > self.max_bytes and self._kept:
-                    _, (d, b) = self._kept.popitem(last=False)
-                    self._bytes -= len(d) + len(b)
+                    _, texts = self._kept.popitem(last=False)
+                    self._bytes -= texts[3]
         return out
 
 
@@ -205,7 +220,7 @@ def repo_out(r: RepoRow) -> Repo:
 
 def skill_out(s: StoredSkill) -> Skill:
     return Skill(name=s.name, description=s.description, body=s.body, metadata=s.metadata, version=s.version,
-                 content=s.content, updated_at=s.updated_at, cause=s.cause)
+                 content=s.content, updated_at=s.updated_at, cause=s.cause, examples=worked.loaded(s.examples))
 
 
 def log_entry_out(r: LogRow) -> OpLogEntry:
@@ -344,7 +359,7 @@ class SkillRepoService:
             tx.log_as("put")
             self._check_precondition(tx, repo, name, if_match)
             created = not tx.exists(name)
-            tx.put(doc, "put")
+            tx.put(doc, "put", keep_examples=True)  # a document says nothing of the examples: they stay
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill), created
@@ -380,6 +395,7 @@ class SkillRepoService:
         if content and v.blob_hash:
             blob = self.store.blob(v.blob_hash)
             out.content, out.description = blob["content"], blob["description"]
+            out.examples = worked.loaded(blob["examples"])
         return out
 
     @_answers_api_errors
@@ -411,6 +427,43 @@ class SkillRepoService:
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
 
+    # --- worked examples ---
+
+    @_answers_api_errors
+    def list_examples(self, repo: str, name: str) -> list[WorkedExample]:
+        return worked.loaded(self.store.get_skill(repo, name).examples)
+
+    @_answers_api_errors
+    def add_example(self, repo: str, name: str, example: WorkedExample) -> ExampleResult:
+        """Merge ``example`` into the skill's examples (`skillos.worked_examples.merge`): a new version (cause
+        ``example``) when that changes them."""
+        example = worked.accept(example)
+        with self.store.write(repo) as tx:
+            tx.log_as("example")
+            skill = tx.get(name)
+            if skill is None:
+                raise SkillNotFound(repo, name)
+            examples, verdict = worked.merged(skill.examples, example)
+            if verdict == "added" or verdict.startswith("replaced"):
+                tx.put_examples(skill, examples, "example")
+                skill = tx.get(name)
+        self._committed(tx.repo, tx.changes)
+        return ExampleResult(skill=skill_out(skill), result=verdict)
+
+    @_answers_api_errors
+    def delete_example(self, repo: str, name: str, example_id: str) -> None:
+        with self.store.write(repo) as tx:
+            tx.log_as("example_delete")
+            skill = tx.get(name)
+            if skill is None:
+                raise SkillNotFound(repo, name)
+            left = [e for e in skill.examples if e.get("id") != example_id]
+            if len(left) == len(skill.examples):
+                raise APIError(404, "example_not_found", f"skill {name!r} has no example {example_id[:40]!r}: "
+                               f"GET /v1/repos/{repo}/skills/{name}/examples lists them")
+            tx.put_examples(skill, left, "example")
+        self._committed(tx.repo, tx.changes)
+
     # --- search ---
 
     def search(self, repo: str, query: str, k: int = 5, mode: str = "bm25") -> list[SearchHit]:
@@ -438,7 +491,7 @@ class SkillRepoService:
             ranked = by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, k)
         texts = self.texts.get([payload[1] for _, _, payload in ranked])
         hits = [SearchHit(name=name, score=round(score, 6), description=texts[payload[1]][0], version=payload[0],
-                          body=texts[payload[1]][1]) for name, score, payload in ranked]
+                          body=texts[payload[1]][1], examples=texts[payload[1]][2]) for name, score, payload in ranked]
         SEARCH_LATENCY.labels(mode).observe(time.perf_counter() - start)
         return hits
 
@@ -460,8 +513,11 @@ class SkillRepoService:
         if len(req.ops) > self.settings.max_ops_per_batch:
             raise APIError(413, "batch_too_large", f"{len(req.ops)} ops in one batch; the limit is "
                                                    f"{self.settings.max_ops_per_batch}: split the batch")
+        example = worked.accept(req.example) if req.example is not None else None
+        # the example only when there is one: a batch without one hashes as it did before examples existed
+        covered = {"ops", "atomic", "example"} if example is not None else {"ops", "atomic"}
         try:
-            request_hash = hashlib.sha256(req.model_dump_json(include={"ops", "atomic"}).encode()).hexdigest()
+            request_hash = hashlib.sha256(req.model_dump_json(include=covered).encode()).hexdigest()
         except PydanticSerializationError as e:  # a lone surrogate: the HTTP door refuses it, in-process calls may not
             raise APIError(400, "invalid_character", f"the batch cannot be serialized: {e}") from None
         with self.store.write(repo) as tx:
@@ -476,10 +532,10 @@ class SkillRepoService:
                     return result
             if len(req.ops) == 1:
                 # a refused op writes nothing (ops.py), so a lone op needs no savepoint to undo
-                ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes)
+                ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example)
             else:
                 with tx.savepoint() as undo:
-                    ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes)
+                    ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example)
                     if not ok and req.atomic:
                         undo()
             result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
@@ -498,20 +554,30 @@ class SkillRepoService:
 
     @_answers_api_errors
     def export(self, repo: str) -> bytes:
+        """A tar.gz of ``<name>/SKILL.md`` and the skill's ``<name>/examples/NN-<id>.md`` (`examples.to_file`)."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             for s in self.store.list_skills(repo):
-                data = s.content.encode("utf-8")
-                info = tarfile.TarInfo(f"{s.name}/SKILL.md")
-                info.size = len(data)
-                info.mtime = int(s.updated_at.timestamp()) if s.updated_at else 0
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
+                mtime = int(s.updated_at.timestamp()) if s.updated_at else 0
+                files = [(f"{s.name}/SKILL.md", s.content)]
+                files += [(f"{s.name}/examples/{worked.file_name(i, e)}", worked.to_file(e))
+                          for i, e in enumerate(worked.loaded(s.examples))]
+                for path, text in files:
+                    data = text.encode("utf-8")
+                    info = tarfile.TarInfo(path)
+                    info.size = len(data)
+                    info.mtime = mtime
+                    info.mode = 0o644
+                    tar.addfile(info, io.BytesIO(data))
         return buf.getvalue()
 
     def read_archive(self, data: bytes) -> list[SkillDoc]:
+        """The skills of a tar(.gz) of ``<name>/SKILL.md`` folders, each with the worked examples of its
+        ``<name>/examples/*.md`` files (in file name order)."""
         limit = self.settings.max_body_bytes * 4
         docs: dict[str, SkillDoc] = {}
+        folders: dict[str, SkillDoc] = {}                             # a SKILL.md's folder -> its skill
+        examples: dict[str, list[tuple[str, WorkedExample]]] = {}     # a skill folder -> its examples files
         try:
             # streamed ("r|*": read once, front to back) with bounded headers and a bounded uncompressed size
             with tarfile.open(fileobj=io.BytesIO(data), mode="r|*",
@@ -519,27 +585,58 @@ class SkillRepoService:
                 for n, member in enumerate(tar):
                     if n > 20_000:
                         raise APIError(413, "archive_too_large", "the archive has more than 20000 entries")
-                    if not member.isfile() or not member.name.endswith("SKILL.md"):
-                        continue  # folders, links and other files of a skill folder are not stored
-                    if member.size > limit:
-                        raise APIError(413, "body_too_large", f"{member.name} is {member.size} bytes; "
-                                                              f"the limit is {limit}")
-                    raw = tar.extractfile(member).read()
-                    try:
-                        text = raw.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise APIError(400, "invalid_utf8", f"{member.name} is not valid UTF-8") from None
-                    try:
-                        doc = parse(text, max_body_bytes=self.settings.max_body_bytes)
-                    except SkillFormatError as e:
-                        raise format_error(e, f"{member.name}: ") from None
-                    if doc.name in docs:
-                        raise APIError(400, "duplicate_skill", f"the archive holds skill {doc.name!r} twice")
-                    docs[doc.name] = doc
+                    if not member.isfile():
+                        continue  # folders and links of a skill folder are not stored
+                    path = posixpath.normpath(member.name)
+                    if member.name.endswith("SKILL.md"):
+                        doc = self._archive_skill(tar, member, limit)
+                        if doc.name in docs:
+                            raise APIError(400, "duplicate_skill", f"the archive holds skill {doc.name!r} twice")
+                        docs[doc.name] = doc
+                        if posixpath.basename(path) == "SKILL.md":
+                            folders[posixpath.dirname(path)] = doc
+                    elif path.endswith(".md") and posixpath.basename(posixpath.dirname(path)) == "examples":
+                        folder = posixpath.dirname(posixpath.dirname(path))
+                        examples.setdefault(folder, []).append((path, self._archive_example(tar, member)))
+                    # other files of a skill folder are not stored
         except (tarfile.TarError, EOFError, OSError, RecursionError, zlib.error, lzma.LZMAError) as e:
             raise APIError(400, "invalid_archive", f"not a readable tar(.gz) archive of <name>/SKILL.md "
                                                    f"folders: {type(e).__name__}: {e}") from None
+        for folder, files in examples.items():
+            files.sort(key=lambda f: f[0])
+            doc = folders.get(folder)
+            if doc is None:
+                raise APIError(400, "example_without_skill", f"{files[0][0]}: worked examples go in a skill "
+                               f"folder's examples/, next to its SKILL.md, and the archive has no "
+                               f"{posixpath.join(folder, 'SKILL.md')!r}")
+            if len(files) > MAX_PER_SKILL:
+                raise APIError(400, "too_many_examples", f"{folder or '.'}/examples/ holds {len(files)} worked "
+                               f"examples; a skill keeps at most {MAX_PER_SKILL}")
+            ids = [e.id for _, e in files]
+            if len(set(ids)) < len(ids):
+                raise APIError(400, "duplicate_example", f"{folder or '.'}/examples/ holds one example (id) twice: "
+                                                         f"{', '.join(ids)}")
+            doc.examples = worked.stored([e for _, e in files])
         return list(docs.values())
+
+    def _archive_text(self, tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int, code: str) -> str:
+        if member.size > limit:
+            raise APIError(413, code, f"{member.name} is {member.size} bytes; the limit is {limit}")
+        try:
+            return tar.extractfile(member).read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise APIError(400, "invalid_utf8", f"{member.name} is not valid UTF-8") from None
+
+    def _archive_skill(self, tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> SkillDoc:
+        text = self._archive_text(tar, member, limit, "body_too_large")
+        try:
+            return parse(text, max_body_bytes=self.settings.max_body_bytes)
+        except SkillFormatError as e:
+            raise format_error(e, f"{member.name}: ") from None
+
+    def _archive_example(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> WorkedExample:
+        return worked.from_file(self._archive_text(tar, member, worked.FILE_MAX_BYTES, "example_too_large"),
+                                member.name)
 
     @_answers_api_errors
     def import_(self, repo: str, data: bytes, replace: bool = False) -> ImportResult:
@@ -547,7 +644,9 @@ class SkillRepoService:
         blobs = [blob_of(doc) for doc in docs]  # before the repo's lock, as in `bulk_put`
         with self.store.write(repo) as tx:
             tx.log_as("import")
-            tx.put_many(docs, "import", blobs)
+            # replace: the repo becomes the archive, examples included; else a folder without examples/ says
+            # nothing of them, and the skill keeps its own
+            tx.put_many(docs, "import", blobs, keep_examples=not replace)
             if replace:
                 keep = {d.name for d in docs}
                 for name, (_, blob_hash) in tx.all_heads().items():
@@ -596,7 +695,7 @@ class SkillRepoService:
         blobs = [blob_of(doc) for doc in docs]  # before the repo's lock: writers of the repo wait for it
         with self.store.write(repo) as tx:
             tx.log_as("import")
-            tx.put_many(docs, "import", blobs)
+            tx.put_many(docs, "import", blobs, keep_examples=True)  # a line cannot give examples: they stay
         self._committed(tx.repo, tx.changes)
         return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 

@@ -16,7 +16,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from services.skillrepo.tables import (
     snapshots,
 )
 from skillos.db import is_sqlite
-from skillos.skills import SkillDoc, serialize
+from skillos.skills import EXAMPLES_KEY, SkillDoc, serialize
 
 
 def _now() -> datetime:
@@ -115,6 +115,7 @@ class StoredSkill:
     blob_hash: str
     updated_at: datetime | None = None
     cause: str | None = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -156,11 +157,32 @@ class VersionRow:
 _meta_json = json.JSONEncoder(ensure_ascii=False, sort_keys=False).encode
 
 
-def blob_of(doc: SkillDoc) -> dict[str, Any]:
-    content = serialize(doc)
-    return {"hash": hashlib.sha256(content.encode("utf-8")).hexdigest(), "content": content,
+_canonical_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+
+def blob_of(doc: SkillDoc, content: str | None = None) -> dict[str, Any]:
+    """The blob row of ``doc`` (``content``: its `serialize`, when known). Its examples go in ``meta`` under
+    `EXAMPLES_KEY` and into the hash, so that a change of examples alone is a new blob (a new version); a
+    skill without examples hashes its content alone, as every blob did before examples existed."""
+    if content is None:
+        content = serialize(doc)
+    if not doc.examples:
+        return {"hash": hashlib.sha256(content.encode("utf-8")).hexdigest(), "content": content,
+                "description": doc.description, "body": doc.body,
+                "meta": _meta_json(doc.metadata) if doc.metadata else "{}"}
+    keyed = content + "\n\0examples\0" + _canonical_json(doc.examples)  # NUL: never in a document
+    return {"hash": hashlib.sha256(keyed.encode("utf-8")).hexdigest(), "content": content,
             "description": doc.description, "body": doc.body,
-            "meta": _meta_json(doc.metadata) if doc.metadata else "{}"}
+            "meta": _meta_json({**doc.metadata, EXAMPLES_KEY: doc.examples})}
+
+
+def split_meta(meta_json: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A blob's ``meta`` column -> (the skill's metadata, its examples)."""
+    meta = json.loads(meta_json)
+    if EXAMPLES_KEY not in meta_json:
+        return meta, []
+    examples = meta.pop(EXAMPLES_KEY, None)
+    return meta, examples if isinstance(examples, list) else []
 
 
 def _repo_row(r) -> RepoRow:
@@ -176,8 +198,14 @@ _GET = select(*_SKILL_COLS).join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
 
 
 def _skill(r, cause: str | None = None) -> StoredSkill:
-    return StoredSkill(r.name, r.description, r.body, json.loads(r.meta), r.content, r.version, r.blob_hash,
-                       _utc(r.updated_at), cause)
+    meta, examples = split_meta(r.meta)
+    return StoredSkill(r.name, r.description, r.body, meta, r.content, r.version, r.blob_hash,
+                       _utc(r.updated_at), cause, examples)
+
+
+def _has_examples(meta_column):
+    """SQL: the blob's meta may hold examples (a substring test: `split_meta` tells for sure)."""
+    return meta_column.contains(EXAMPLES_KEY, autoescape=True)
 
 
 def _as_datetime(value) -> datetime | None:
@@ -270,25 +298,60 @@ class WriteTx:
         self._heads.update({r.name: (r.version, r.blob_hash) for r in rows})
         return dict(self._heads)
 
-    def put(self, doc: SkillDoc, cause: str) -> int:
-        """Write ``doc`` as the skill's new head; no new version when the content is identical."""
-        blob = blob_of(doc)
-        head = self.head(doc.name)
+    def examples(self, name: str) -> list[dict[str, Any]]:
+        """The examples of the skill's head ([] when it has none, is deleted or never existed)."""
+        head = self.head(name)
+        if head is None or head[1] is None:
+            return []
+        meta = self.conn.execute(select(blobs.c.meta).where(blobs.c.hash == head[1])).scalar_one()
+        return split_meta(meta)[1]
+
+    def _examples_of(self, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """name -> examples, for those of the live ``names`` whose head has any (one query per 500)."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for i in range(0, len(names), 500):
+            rows = self.conn.execute(
+                select(skill_heads.c.name, blobs.c.meta).join(blobs, blobs.c.hash == skill_heads.c.blob_hash)
+                .where(skill_heads.c.repo_id == self.repo.id, skill_heads.c.name.in_(names[i:i + 500]),
+                       _has_examples(blobs.c.meta))).all()
+            for r in rows:
+                if examples := split_meta(r.meta)[1]:
+                    found[r.name] = examples
+        return found
+
+    def put(self, doc: SkillDoc, cause: str, keep_examples: bool = False) -> int:
+        """Write ``doc`` as the skill's new head; no new version when the content is identical.
+        ``keep_examples``: a ``doc`` without examples gets those the skill has now (a write that says nothing
+        of them, as a SKILL.md document cannot, keeps them)."""
+        if keep_examples and not doc.examples:
+            doc = replace(doc, examples=self.examples(doc.name))
+        return self._put_blob(doc.name, blob_of(doc), cause)
+
+    def put_examples(self, skill: StoredSkill, examples: list[dict[str, Any]], cause: str) -> int:
+        """``skill`` (a head read in this transaction) with ``examples`` instead of its own; its document
+        stays byte for byte what it is."""
+        doc = SkillDoc(skill.name, skill.description, skill.body, skill.metadata, examples)
+        return self._put_blob(skill.name, blob_of(doc, skill.content), cause)
+
+    def _put_blob(self, name: str, blob: dict[str, Any], cause: str) -> int:
+        head = self.head(name)
         if head is not None and head[1] == blob["hash"]:
             return head[0]
         self._ensure_blob(blob)
-        return self._write(doc.name, blob["hash"], cause, blob["description"], blob["body"])
+        return self._write(name, blob["hash"], cause, blob["description"], blob["body"])
 
     BULK_MIN = 256  # below this many, `put_many` writes one at a time (the COPY set-up costs more)
 
-    def put_many(self, docs: list[SkillDoc], cause: str, blobs: list[dict[str, Any]] | None = None) -> None:
+    def put_many(self, docs: list[SkillDoc], cause: str, blobs: list[dict[str, Any]] | None = None,
+                 keep_examples: bool = False) -> None:
         """`put` of each document (distinct names), as a few statements: on PostgreSQL, COPY of the blobs,
         versions and new heads, changed heads through a temporary table. Same rows, same seq order, same
         changes as one `put` each. ``blobs``: `blob_of` of each document, made by the caller before the
-        transaction began (the repo's row is locked from the start: what can be done before is done before)."""
+        transaction began (the repo's row is locked from the start: what can be done before is done before).
+        ``keep_examples``: as `put`'s."""
         if self.store.sqlite or len(docs) < self.BULK_MIN:
             for doc in docs:
-                self.put(doc, cause)
+                self.put(doc, cause, keep_examples)
             return
         if blobs is None:
             blobs = [blob_of(doc) for doc in docs]
@@ -301,8 +364,17 @@ class WriteTx:
         if any(self._heads.get(d.name, (0,))[0] >= _INT4_MAX for d in docs):
             cur.close()
             for doc in docs:  # a next version past int4 (2**31 writes of one skill): refused there as before
-                self.put(doc, cause)
+                self.put(doc, cause, keep_examples)
             return
+        if keep_examples:
+            # only skills that exist can have examples to keep: a new repo's import asks nothing more
+            live = [d.name for d in docs if not d.examples and self._heads.get(d.name, (0, None))[1] is not None]
+            kept = self._examples_of(live) if live else {}
+            if kept:
+                blobs = list(blobs)
+                for i, doc in enumerate(docs):
+                    if doc.name in kept:
+                        blobs[i] = blob_of(replace(doc, examples=kept[doc.name]), blobs[i]["content"])
         new_blobs, versions, created, changed = [], [], [], []
         for doc, blob in zip(docs, blobs, strict=True):
             head = self._heads.get(doc.name)
@@ -665,7 +737,9 @@ class Store:
     def blob(self, blob_hash: str) -> dict[str, Any]:
         with self._read_conn() as conn:
             r = conn.execute(select(blobs).where(blobs.c.hash == blob_hash)).one()
-        return {"content": r.content, "description": r.description, "body": r.body, "meta": json.loads(r.meta)}
+        meta, examples = split_meta(r.meta)
+        return {"content": r.content, "description": r.description, "body": r.body, "meta": meta,
+                "examples": examples}
 
     # --- snapshots ---
 
@@ -741,21 +815,24 @@ class Store:
                              .where(skill_versions.c.repo_id == repo_id, skill_versions.c.seq == seq)).first()
         return None if r is None else [r.name, r.version, r.blob_hash]
 
-    def blob_texts(self, hashes: list[str]) -> dict[str, tuple[str, str]]:
-        """blob hash -> (description, body): what a search hit shows (the index keeps none of it). On the
-        driver's cursor, as the hot statements are: it is on every search of a big repo."""
-        found: dict[str, tuple[str, str]] = {}
+    def blob_texts(self, hashes: list[str]) -> dict[str, tuple[str, str, list[dict[str, Any]]]]:
+        """blob hash -> (description, body, examples): what a search hit shows (the index keeps none of it).
+        On the driver's cursor, as the hot statements are: it is on every search of a big repo. The meta
+        column comes back only where it holds examples (a skill's other metadata is no hit's business)."""
+        found: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
         with self.engine.connect() as conn:
             cursor = conn.connection.cursor()
             try:
                 for i in range(0, len(hashes), 500):
                     chunk = hashes[i:i + 500]
                     if self.sqlite:
-                        cursor.execute("SELECT hash, description, body FROM blobs WHERE hash IN "
-                                       f"({', '.join('?' * len(chunk))})", chunk)
+                        cursor.execute("SELECT hash, description, body, CASE WHEN instr(meta, ?) > 0 THEN meta END "
+                                       f"FROM blobs WHERE hash IN ({', '.join('?' * len(chunk))})",
+                                       [EXAMPLES_KEY, *chunk])
                     else:
-                        cursor.execute("SELECT hash, description, body FROM blobs WHERE hash = ANY(%s)", (chunk,))
-                    found.update({r[0]: (r[1], r[2]) for r in cursor.fetchall()})
+                        cursor.execute("SELECT hash, description, body, CASE WHEN strpos(meta, %s) > 0 THEN meta END "
+                                       "FROM blobs WHERE hash = ANY(%s)", (EXAMPLES_KEY, chunk))
+                    found.update({r[0]: (r[1], r[2], split_meta(r[3])[1] if r[3] else []) for r in cursor.fetchall()})
             finally:
                 cursor.close()
             conn.rollback()

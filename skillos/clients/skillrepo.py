@@ -9,7 +9,9 @@ that cannot be reached, raises `SkillRepoError(status, code, message)` (status 0
     c.put_skill("demo", {"name": "clean-object", "description": "...", "body": "..."})
     hits = c.search("demo", "clean the apple", k=5)
     c.apply_ops("demo", [{"name": "new_skill_insert",
-                          "arguments": {"skill_name": "Heat Object", "content": "..."}}])
+                          "arguments": {"skill_name": "Heat Object", "content": "..."}}],
+                example=worked_example)   # kept with the skills the ops write
+    c.add_example("demo", "heat-object", worked_example)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 
 from skillos.clients.base import AsyncHTTPClient, ServiceClient, ServiceError, SyncHTTPClient, auth_headers
 from skillos.protocol.skillrepo import (
+    ExampleResult,
     ImportResult,
     OpLog,
     OpOrigin,
@@ -35,8 +38,10 @@ from skillos.protocol.skillrepo import (
     Snapshot,
     TokenInfo,
 )
+from skillos.worked_examples import WorkedExample
 
 Origin = OpOrigin | dict[str, Any] | None
+Example = WorkedExample | dict[str, Any]
 
 SkillInput = str | dict[str, Any]  # a whole SKILL.md document, or {name, description, body, metadata}
 
@@ -73,8 +78,12 @@ def _origin(origin: Origin) -> dict[str, Any] | None:
     return data or None
 
 
+def _example(example: Example) -> dict[str, Any]:
+    return example.model_dump(mode="json") if isinstance(example, WorkedExample) else dict(example)
+
+
 def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic: bool,
-                 origin: Origin = None) -> dict[str, Any]:
+                 origin: Origin = None, example: Example | None = None) -> dict[str, Any]:
     norm = []
     for op in ops:
         # accept OpenAI tool calls as they come: {"function": {"name", "arguments"}} or flat
@@ -86,6 +95,8 @@ def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic:
         body["idempotency_key"] = idempotency_key
     if _origin(origin):  # only when given: a skill repo older than the op log refuses the field
         body["origin"] = _origin(origin)
+    if example is not None:  # likewise: a skill repo older than worked examples refuses the field
+        body["example"] = _example(example)
     return body
 
 
@@ -220,10 +231,25 @@ class _SkillRepoCalls(ServiceClient):
         return [SearchHit.model_validate(h) for h in body["hits"]]
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                        atomic: bool = True, origin: Origin = None) -> OpsResult:
+                        atomic: bool = True, origin: Origin = None, example: Example | None = None) -> OpsResult:
+        """``example``: a worked example of the episode, kept with every skill an applied insert or update
+        writes (each op's verdict says what became of it)."""
         resp = await self._call("POST", f"{_repo(repo)}/ops",
-                                json=_ops_payload(ops, idempotency_key, atomic, origin))
+                                json=_ops_payload(ops, idempotency_key, atomic, origin, example))
         return OpsResult.model_validate(resp.json())
+
+    # worked examples
+    async def list_examples(self, repo: str, name: str) -> list[WorkedExample]:
+        resp = await self._call("GET", f"{_skill_path(repo, name)}/examples")
+        return [WorkedExample.model_validate(e) for e in resp.json()["examples"]]
+
+    async def add_example(self, repo: str, name: str, example: Example) -> ExampleResult:
+        """Keep ``example`` with the skill by the repo's rule; ``result`` says whether it was kept."""
+        resp = await self._call("POST", f"{_skill_path(repo, name)}/examples", json=_example(example))
+        return ExampleResult.model_validate(resp.json())
+
+    async def delete_example(self, repo: str, name: str, example_id: str) -> None:
+        await self._call("DELETE", f"{_skill_path(repo, name)}/examples/{_q(example_id)}")
 
     # export / import, snapshots
     async def export(self, repo: str) -> bytes:

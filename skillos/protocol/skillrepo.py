@@ -12,6 +12,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skillos.worked_examples import WorkedExample
+
 # Names of repos: like skill names but may contain '.', '_' and '/'-free segments; keep them URL-safe.
 REPO_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$"
 
@@ -70,6 +72,8 @@ class Skill(BaseModel):
     updated_at: datetime | None = None
     cause: str | None = Field(None, description="what wrote the current version (insert, update, put, restore, "
                                                 "...); None when it was inherited from the repo forked from")
+    examples: list[WorkedExample] = Field(default_factory=list, description=(
+        "worked examples kept with the skill (system-written, at most 3; not part of `content`)"))
 
 
 class SkillList(BaseModel):
@@ -87,6 +91,8 @@ class SkillVersion(BaseModel):
     cause: str = Field("", description="what made it: put, insert, update, delete, op, restore, import")
     description: str | None = None
     content: str | None = None
+    examples: list[WorkedExample] | None = Field(None, description="the version's worked examples (with its "
+                                                                   "content; None when content was not asked for)")
 
 
 class SkillVersionList(BaseModel):
@@ -120,6 +126,7 @@ class SearchHit(BaseModel):
     description: str
     version: int
     body: str = ""
+    examples: list[WorkedExample] = Field(default_factory=list)
 
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
@@ -145,6 +152,9 @@ class OpsRequest(_Model):
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     atomic: bool = Field(True, description="true: all ops or none; false: apply the valid ones, refuse the rest")
     origin: OpOrigin | None = Field(None, description="where the batch came from, kept in the op log")
+    example: WorkedExample | None = Field(None, description=(
+        "a worked example of the episode the ops were curated from: kept (by the repo's rule) with every "
+        "skill an applied new_skill_insert or skill_update of the batch wrote"))
 
 
 class OpOutcome(BaseModel):
@@ -157,6 +167,9 @@ class OpOutcome(BaseModel):
     message: str = ""
     skill_name: str | None = None
     version: int | None = None
+    example: str | None = Field(None, description=(
+        "what became of the batch's example on this op's skill: added, replaced <id>, unchanged, not kept: "
+        "<why> (None: no example, or the op wrote no skill)"))
 
 
 class OpsResult(BaseModel):
@@ -194,6 +207,16 @@ class TokenInfo(BaseModel):
 
 
 # --- snapshots, import ---------------------------------------------------------------------------
+
+class ExampleList(BaseModel):
+    examples: list[WorkedExample]
+
+
+class ExampleResult(BaseModel):
+    """What adding a worked example did: the skill as it is now and the repo's verdict on the example."""
+    skill: Skill
+    result: str = Field(..., description="added, replaced <id>, unchanged, or not kept: <why>")
+
 
 class SnapshotCreate(_Model):
     label: str = Field(..., min_length=1, max_length=128, pattern=REPO_NAME_PATTERN)

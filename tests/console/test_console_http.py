@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from console_data import HOSTILE_NAME, StreamPlan, task_records, write_stream_run
+from console_data import HOSTILE_NAME, StreamPlan, skill_md, task_records, write_stream_run
 from console_fixtures import DEMO, REPO, RUN, RUN_ID, TEAM, TOKENS, csrf_of, login, stack  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -102,6 +102,30 @@ def test_hostile_skill_content_is_escaped(stack):
     assert HOSTILE_NAME in hits and "<img src=x" not in hits and "&lt;img src=x" in hits
     repo_page = c.get(f"/repos/{DEMO}").text
     assert "<img src=x" not in repo_page
+
+
+def test_skill_page_shows_worked_examples_escaped(stack):
+    from skillos.worked_examples import ExampleStep, WorkedExample
+
+    stack.admin.put_skill(DEMO, skill_md("example-probe", "A skill with worked examples", "1. do it"))
+    plain = WorkedExample(task="put a clean plate in the cabinet", env="alfworld", kind="clean", taken=9,
+                          steps=[ExampleStep(action="take plate 1 from countertop 1", observation="You pick it up.",
+                                             note="searched first: drawer 1"),
+                                 ExampleStep(action="clean plate 1 with sinkbasin 1", observation="(task done)")],
+                          source="caller", trajectory="gw-traj-42").finish()
+    hostile = WorkedExample(task='<script>window.__xss="task"</script>', env="gateway", source="judge",
+                            steps=[ExampleStep(action='<img src=x onerror="window.__xss=1">')]).finish()
+    for e in (plain, hostile):
+        stack.admin.add_example(DEMO, "example-probe", e)
+    c = login(stack.url, TOKENS["viewer"])
+    page = c.get(f"/repos/{DEMO}/skills/example-probe").text
+    assert 'id="examples"' in page and page.count('class="example"') == 2
+    assert f'data-example="{plain.id}"' in page and "source <b>caller</b>" in page and "gw-traj-42" in page
+    assert "&gt; take plate 1 from countertop 1\nYou pick it up." in page and "(searched first: drawer 1)" in page
+    assert "<script>window" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;window.__xss" in page and "&lt;img src=x onerror=" in page
+    old = c.get(f"/repos/{DEMO}/skills/example-probe", params={"version": 1}).text
+    assert 'id="examples"' not in old     # the version before the examples shows none
 
 
 def test_repo_page_search_timeline_and_usage(stack):
