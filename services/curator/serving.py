@@ -54,10 +54,17 @@ class RepoForCuration:
             raise APIError(502, "skillrepo_unavailable", f"skill repo failed: {e.message}") from e
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                        atomic: bool = True, origin: Any = None) -> OpsResult:
+                        atomic: bool = True, origin: Any = None, example: Any = None) -> OpsResult:
         try:
-            return await self.client.apply_ops(repo, ops, idempotency_key=idempotency_key, atomic=atomic,
-                                               origin=origin)
+            try:
+                return await self.client.apply_ops(repo, ops, idempotency_key=idempotency_key, atomic=atomic,
+                                                   origin=origin, example=example)
+            except SkillRepoError as e:
+                # a skill repo older than worked examples refuses the field: the ops still go, without it
+                if example is None or e.status != 422 or "example" not in e.message:
+                    raise
+                return await self.client.apply_ops(repo, ops, idempotency_key=idempotency_key, atomic=atomic,
+                                                   origin=origin)
         except SkillRepoError as e:
             if e.status == 404:
                 raise APIError(404, "repo_not_found", f"skill repo has no repo {repo!r}: create it first") from e

@@ -24,6 +24,7 @@ from skillos.curation.types import CurationRequestError, Decision, DecisionReque
 from skillos.curation.validate import validate
 from skillos.curation.verdict import settle, validity_rate
 from skillos.logging import get_logger
+from skillos.worked_examples import WorkedExample, compress
 
 if TYPE_CHECKING:
     from skillos.llm.client import ChatResult
@@ -43,7 +44,23 @@ class OpsPort(Protocol):
     async def get_repo(self, name: str) -> Any: ...
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                        atomic: bool = True, origin: Any = None) -> Any: ...
+                        atomic: bool = True, origin: Any = None, example: Any = None) -> Any: ...
+
+
+def worked_example(req: DecisionRequest) -> WorkedExample | None:
+    """The worked example of the request's episode when its outcome is a success (None otherwise): the
+    system's compression of the trajectory (`skillos.worked_examples.compress`), not the LLM's words."""
+    outcome = req.outcome or {}
+    if not outcome.get("success"):
+        return None
+    t = req.trajectory
+    field = (lambda k, d="": t.get(k, d)) if isinstance(t, dict) else (lambda k, d="": getattr(t, k, d))
+    origin = req.origin or {}
+    ref = origin.get("trajectory") or ":".join(str(x) for x in (origin.get("run"), origin.get("position"),
+                                                                 field("task_id")) if x not in (None, ""))
+    return compress(field("env") or "", field("task") or "", field("turns", []) or [],
+                    final_answer=field("final_answer") or "", source=outcome.get("source") or "env",
+                    trajectory=str(ref)[:200])
 
 
 def token_trace(result: ChatResult) -> TokenTrace:
@@ -95,15 +112,18 @@ async def curate(req: DecisionRequest, *, llm: ChatLLM, repo: OpsPort | None,
     verdicts = [validate(call, i) for i, call in enumerate(parsed)]
     applied = False
     sent = [v.index for v in verdicts if v.valid]
+    example = worked_example(req) if req.apply else None
     if req.apply and sent:
         origin = {"source": "curator", **(req.origin or {}), "curator_call": call_id}
+        # the example goes with the batch: the repo keeps it on the skills the applied inserts and updates wrote
+        kwargs = {"example": example.model_dump(mode="json")} if example is not None else {}
         result_ops = await repo.apply_ops(req.repo, [verdicts[i].call() for i in sent],
-                                          idempotency_key=req.idempotency_key, atomic=ATOMIC, origin=origin)
+                                          idempotency_key=req.idempotency_key, atomic=ATOMIC, origin=origin, **kwargs)
         applied = settle(verdicts, sent, result_ops.verdicts)
     return Decision(
         calls=verdicts, validity_rate=validity_rate(verdicts), applied=applied, raw_completion=result.content,
         raw_tool_calls=result.tool_calls or None, messages=messages, tokens=token_trace(result),
-        model=str(result.raw.get("model") or llm.model), call_id=call_id,
+        model=str(result.raw.get("model") or llm.model), call_id=call_id, example=example,
         usage=DecisionUsage(prompt_tokens=result.usage.prompt_tokens,
                             completion_tokens=result.usage.completion_tokens, llm_seconds=result.latency_s,
                             total_seconds=time.perf_counter() - start))

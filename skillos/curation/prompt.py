@@ -182,6 +182,24 @@ def format_trajectory(trajectory: Any) -> str:
     return "\n".join(lines) if lines else "(the agent took no steps)"
 
 
+MAX_EXAMPLE_CHARS = 300
+
+
+def format_examples(examples: list[Any]) -> str:
+    """A skill's worked examples as the curator sees them: one line each, the task and the actions (the system
+    keeps them from successes; the curator reads them, e.g. to fix a step its procedure lacks)."""
+    lines = []
+    for e in examples or []:
+        task, steps = _field(e, "task"), _field(e, "steps", []) or []
+        actions = "; ".join(_field(s, "action") for s in steps)
+        taken = _field(e, "taken", 0)
+        lines.append(_clip(f"- \"{task}\" ({taken} actions, kept {len(steps)}): {actions}", MAX_EXAMPLE_CHARS))
+    if not lines:
+        return ""
+    return "\nWorked examples kept with it from successful tasks (kept by the system; do not copy them):\n" + \
+        "\n".join(lines)
+
+
 def format_skills(retrieved_skills: list[Any]) -> str:
     if not retrieved_skills:
         return "(none: the library had nothing relevant)"
@@ -189,7 +207,7 @@ def format_skills(retrieved_skills: list[Any]) -> str:
     for skill in retrieved_skills:
         name = _field(skill, "name")
         content = _field(skill, "content") or _field(skill, "description")
-        parts.append(f"### {name}\n{_clip(content, MAX_SKILL_CHARS)}")
+        parts.append(f"### {name}\n{_clip(content, MAX_SKILL_CHARS)}{format_examples(_field(skill, 'examples', []))}")
     return "\n\n".join(parts)
 
 

@@ -39,6 +39,9 @@ class DecisionRequest:
     logprobs: bool = False
     idempotency_key: str | None = None
     origin: dict[str, Any] | None = None  # where the decision comes from, kept with the ops in the repo's op log
+    # the episode's verified outcome, when there is one: {"success": bool, "source": "env" | "caller" | "judge"};
+    # a success leaves a worked example on the skills the decision inserts or updates (`decision.curate`)
+    outcome: dict[str, Any] | None = None
 
 
 @dataclass
@@ -77,3 +80,4 @@ class Decision:
     model: str = ""
     error: str | None = None
     call_id: str = ""                 # kept as origin.curator_call in the repo's op log
+    example: Any = None               # the worked example sent with the ops (`WorkedExample`), None when none

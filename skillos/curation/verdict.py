@@ -32,6 +32,9 @@ class OpVerdict(BaseModel):
     skill_name: str | None = Field(None, description="the skill's name in the repo (normalized by it)")
     skill_version: int | None = None
     normalized: list[str] = Field(default_factory=list, description="what the service repaired (e.g. name slug)")
+    example: str | None = Field(None, description=(
+        "what became of the decision's worked example on this call's skill (added, replaced <id>, unchanged, "
+        "not kept: why); None: the call carried none (a failure, a delete, a refused call)"))
 
     _op: Any = PrivateAttr(None)   # the typed op (`ops.CuratorOp`) of a call that passed `validate`
 
@@ -54,6 +57,7 @@ class RepoOutcome(Protocol):
     message: str
     skill_name: str | None
     version: int | None
+    example: str | None
 
 
 def settle(verdicts: list[OpVerdict], sent: Sequence[int], outcomes: Sequence[RepoOutcome]) -> bool:
@@ -69,6 +73,7 @@ def settle(verdicts: list[OpVerdict], sent: Sequence[int], outcomes: Sequence[Re
             target.applied = True
             target.skill_version = outcome.version
             target.skill_name = outcome.skill_name
+            target.example = getattr(outcome, "example", None)
         else:
             # refused for the repo's state: the call was not executed, so it is not valid (r_fc)
             target.valid = False

@@ -24,6 +24,7 @@ from skillos.curation.types import Decision, DecisionRequest
 from skillos.curation.verdict import OpVerdict
 from skillos.protocol.executor import SEED_MAX
 from skillos.protocol.skillrepo import OpOrigin
+from skillos.worked_examples import MAX_PER_SKILL, OutcomeSource, WorkedExample
 
 
 class TrajectoryTurn(BaseModel):
@@ -62,6 +63,19 @@ class RetrievedSkill(BaseModel):
                                          "name and description are fields of their own); empty: the description "
                                          "is shown instead")
     version: int | None = None
+    examples: list[WorkedExample] = Field(default_factory=list, max_length=MAX_PER_SKILL,
+                                          description="its worked examples: the curator is shown them")
+
+
+class Outcome(BaseModel):
+    """The episode's outcome as the system knows it, apart from what the curator is told (``self_judged_success``:
+    the paper's self-judge). A success leaves a worked example on the skills the decision inserts or updates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool
+    source: OutcomeSource = Field(..., description="env: the environment's reward; caller: an agent's report through "
+                                                   "the gateway; judge: self-judged, where no outcome was reported")
 
 
 class CurateRequest(BaseModel):
@@ -77,6 +91,8 @@ class CurateRequest(BaseModel):
     idempotency_key: str | None = Field(None, max_length=200)
     origin: OpOrigin | None = Field(None, description="where the decision comes from (run, task), kept with the "
                                                       "ops in the repo's op log together with the call's id")
+    outcome: Outcome | None = Field(None, description=(
+        "the verified outcome; a success keeps the episode as a worked example of the skills the ops write"))
 
     def to_decision_request(self) -> DecisionRequest:
         """The core's request for this wire request (`skillos.curation.curate` takes it)."""
@@ -85,7 +101,8 @@ class CurateRequest(BaseModel):
             retrieved_skills=list(self.retrieved_skills), repo=self.repo, apply=self.apply,
             temperature=self.temperature, seed=self.seed, logprobs=self.logprobs,
             idempotency_key=self.idempotency_key,
-            origin=self.origin.model_dump(exclude_none=True) if self.origin else None)
+            origin=self.origin.model_dump(exclude_none=True) if self.origin else None,
+            outcome=self.outcome.model_dump() if self.outcome else None)
 
 
 class TokenTrace(BaseModel):
@@ -116,6 +133,8 @@ class CurateResponse(BaseModel):
     model: str = ""
     error: str | None = Field(None, description="set when the LLM backend failed; calls is then empty")
     call_id: str = Field("", description="this decision's id, kept as origin.curator_call in the repo's op log")
+    example: WorkedExample | None = Field(None, description=(
+        "the worked example sent with the ops (a success's); each call's `example` says what became of it"))
 
     @classmethod
     def from_decision(cls, decision: Decision) -> CurateResponse:
@@ -124,7 +143,7 @@ class CurateResponse(BaseModel):
                    raw_completion=decision.raw_completion, raw_tool_calls=decision.raw_tool_calls,
                    messages=decision.messages, tokens=TokenTrace(**asdict(decision.tokens)),
                    usage=CurateUsage(**asdict(decision.usage)), model=decision.model, error=decision.error,
-                   call_id=decision.call_id)
+                   call_id=decision.call_id, example=decision.example)
 
 
 class ContentOp(BaseModel):

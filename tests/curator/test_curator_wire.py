@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from types import SimpleNamespace
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -25,7 +26,7 @@ COMPLETION = json.dumps({"calls": [
     {"name": "skill_update", "arguments": {"skill_name": "find-object"}}]})
 TRAJ = {"task": "put a clean apple in fridge", "turns": [{"observation": "o", "action": "go to x"}]}
 FIELDS = ["calls", "validity_rate", "applied", "raw_completion", "raw_tool_calls", "messages", "tokens", "usage",
-          "model", "error", "call_id"]
+          "model", "error", "call_id", "example"]
 
 
 class FakeLLM:
@@ -53,11 +54,14 @@ class FakeRepo:
             raise SkillRepoError(404, "not_found", "no")
         return SimpleNamespace(name=name)
 
-    async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None):
+    sent: ClassVar[list] = []   # the examples sent with the batches
+
+    async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None):
+        FakeRepo.sent.append(example)
         out = [OpOutcome(index=i, name=op["name"], status="refused", code="skill_not_found", message="nope")
                if op["name"] == "skill_delete" else
                OpOutcome(index=i, name=op["name"], status="applied", skill_name=op["arguments"]["skill_name"],
-                         version=1) for i, op in enumerate(ops)]
+                         version=1, example="added" if example else None) for i, op in enumerate(ops)]
         return OpsResult(applied=False, verdicts=out)
 
     async def aclose(self):
@@ -84,7 +88,7 @@ def test_a_decision_is_answered_with_every_field_in_order():
     out = r.json()
     assert list(out) == FIELDS
     assert [list(c) for c in out["calls"]] == [["index", "name", "arguments", "valid", "applied", "reason",
-                                                "skill_name", "skill_version", "normalized"]] * 3
+                                                "skill_name", "skill_version", "normalized", "example"]] * 3
     assert [(c["valid"], c["applied"]) for c in out["calls"]] == [(True, True), (False, False), (False, False)]
     assert out["calls"][1]["reason"] == "skill_not_found: nope"
     assert out["validity_rate"] == pytest.approx(1 / 3) and out["applied"] is True
@@ -93,6 +97,39 @@ def test_a_decision_is_answered_with_every_field_in_order():
     assert list(out["usage"]) == ["prompt_tokens", "completion_tokens", "llm_seconds", "total_seconds"]
     assert out["usage"]["prompt_tokens"] == 11 and out["usage"]["llm_seconds"] == 0.25
     assert out["model"] == "served" and out["error"] is None and len(out["call_id"]) == 16
+
+
+def test_a_reported_success_leaves_a_worked_example_with_the_ops():
+    """The outcome (not the self-judge the curator is told) decides: a success sends the system's compression of
+    the trajectory with the batch, and each applied call says what became of it; a failure sends none."""
+    FakeRepo.sent.clear()
+    body = {"trajectory": TRAJ, "self_judged_success": False, "repo": "r"}
+    out = _post({**body, "outcome": {"success": True, "source": "env"}}).json()
+    example = FakeRepo.sent[-1]
+    assert example["source"] == "env" and example["steps"] and example["task"] == TRAJ["task"]
+    assert out["example"]["id"] == example["id"]
+    assert [c["example"] for c in out["calls"]] == ["added", None, None]
+    out = _post({**body, "outcome": {"success": False, "source": "caller"}}).json()
+    assert FakeRepo.sent[-1] is None and out["example"] is None
+    r = _post({**body, "outcome": {"success": True, "source": "oracle"}})
+    assert r.status_code == 422 and "source" in r.text
+
+
+def test_a_skill_repo_older_than_worked_examples_still_gets_the_ops():
+    """Its OpsRequest refuses the unknown field with a 422: the curator sends the batch again without it."""
+    from services.curator.serving import RepoForCuration
+
+    class OldClient:
+        sent: ClassVar[list] = []
+
+        async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None):
+            OldClient.sent.append(example)
+            if example is not None:
+                raise SkillRepoError(422, "invalid_request", "example: Extra inputs are not permitted")
+            return OpsResult(applied=True, verdicts=[])
+
+    result = asyncio.run(RepoForCuration(OldClient()).apply_ops("r", [{"name": "skill_delete"}], example={"id": "x"}))
+    assert result.applied and OldClient.sent == [{"id": "x"}, None]
 
 
 def test_a_failed_llm_is_a_200_with_the_error():

@@ -98,6 +98,22 @@ def test_skills_go_in_as_one_system_message_after_the_clients_own():
     assert [m["role"] for m in inject([{"role": "user", "content": "x"}], skills)] == ["system", "user"]
 
 
+def test_a_skills_worked_example_goes_in_before_the_skills():
+    from skillos.worked_examples import compress
+
+    won = compress("gateway", "heat some egg and put it in fridge.", [
+        {"observation": "You are in the middle of a room.", "action": "go to countertop 1"},
+        {"observation": "You arrive at countertop 1. On it, an egg 1.", "action": "take egg 1 from countertop 1"}],
+        source="caller", trajectory="trj-1")
+    skills = [{"name": "heat-object", "description": "Heat something.", "body": "1. go to microwave", "version": 2,
+               "examples": [won.model_dump(mode="json")]}]
+    msgs = [{"role": "user", "content": "hi"}]
+    block = inject(msgs, skills, "heat an egg, then put it in the fridge", examples=1, examples_chars=2000)[0]["content"]
+    assert block.startswith("Solved examples of tasks like yours") and "> take egg 1 from countertop 1" in block
+    assert block.index("Solved examples") < block.index("Skills from earlier tasks")
+    assert "Solved examples" not in inject(msgs, skills, "heat an egg", examples=0)[0]["content"]
+
+
 def test_errors_of_the_project_shape_become_openai_error_objects():
     body = json.dumps({"error": {"code": "invalid_request", "message": "bad", "details": [{"field": "messages.0.role",
                                                                                           "problem": "x"}]}}).encode()
@@ -271,6 +287,15 @@ def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(clie
         assert mine[0].origin.source == "gateway" and mine[0].idempotency_key == f"gateway:{tid}"
         assert mine[0].origin.curator_call == t["curation"]["call_id"]
         assert mine[0].applied == t["curation"]["applied"]
+        # the reported success left a worked example, marked as the caller's, on each skill the ops wrote
+        wrote = [c for c in t["curation"]["calls"] if c["applied"] and c["name"] != "skill_delete"]
+        assert all(c["example"] for c in wrote), wrote   # each skill the ops wrote says what became of it
+        with SkillRepoClient(skillrepo.url) as client_of_repo:
+            for c in wrote:
+                assert c["example"] in ("added", "unchanged") or c["example"].startswith(("replaced", "not kept")), c
+                kept = client_of_repo.get_skill(repo, c["skill_name"]).examples
+                assert any(e.source == "caller" and e.trajectory == tid for e in kept) or \
+                    not c["example"].startswith(("added", "replaced")), kept
         break
     else:
         pytest.fail(f"no valid op in {attempt + 1} curations: {json.dumps(t['curation'])[:2000]}")
@@ -362,7 +387,7 @@ def test_the_openai_sdk_example_agent_plays_alfworld_through_the_gateway(gateway
     t = trajectory(gateway, result["trajectory"])
     assert t["task"] == result["task"] and 1 <= t["calls"] <= 3
     assert t["status"] in ("closed", "curating", "curated") and t["outcome"]["success"] is result["won"]
-    assert Path(ROOT / "examples" / "openai_agent.py").read_text().count("\n") < 60
+    assert Path(ROOT / "examples" / "openai_agent.py").read_text().count("\n") < 70
 
 
 # ------------------------------------------------------------------ tokens: who may reach which repo

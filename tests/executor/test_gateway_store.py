@@ -96,6 +96,23 @@ def test_the_curator_reads_one_turn_per_call_and_the_outcome(tmp_path):
     store.close()
 
 
+def test_an_agents_json_decision_is_read_as_its_thought_and_action(tmp_path):
+    """Agents on structured outputs answer {"thought": ..., "action": ...}: the curator and the worked example
+    read the action (an answer that is other JSON, or cut short, stays the text it is)."""
+    store = TrajectoryStore(f"sqlite:///{tmp_path}/g.db", max_calls=10, max_bytes=100_000)
+    store.create("t", "r", "put a mug in the cabinet", "m", SKILLS)
+    for n, content in enumerate(['{"thought": "the mug first", "action": "take mug 1 from table 1"}',
+                                 '{"answer": 3}', '{"thought": "cut sho']):
+        store.record("t", [{"role": "user", "content": f"obs {n}"}], 2 * n + 1, {"role": "assistant", "content": content},
+                     None)
+    store.close_with("t", {"success": True})
+    turns = curator_trajectory(store.get("t", with_calls=True)).turns
+    assert (turns[0].thought, turns[0].action) == ("the mug first", "take mug 1 from table 1")
+    assert (turns[1].thought, turns[1].action) == ("", '{"answer": 3}')
+    assert turns[2].action == '{"thought": "cut sho'
+    store.close()
+
+
 def test_the_gateway_keeps_trajectories_in_the_skill_repos_postgresql_unless_told_otherwise():
     """A Helm existingSecret (or any deployment) that names only SKILLOS_DATABASE_URL must not leave each
     executor pod with a SQLite file of its own: trajectories would be lost with the pod."""

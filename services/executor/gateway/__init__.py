@@ -54,12 +54,14 @@ class Gateway:
         token = settings.api_token or None
         self.chat = ChatGateway(llm=llm, store=self.store, skillrepo_url=settings.skillrepo_url, token=token,
                                 default_repo=settings.gateway_default_repo, k=settings.gateway_k, models=names,
-                                admission=admission)
+                                admission=admission, examples=settings.executor_examples,
+                                examples_chars=settings.executor_examples_chars)
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
             curator_retries=settings.gateway_curator_retries,
-            judge=judge if settings.gateway_judge_expired else None)
+            judge=judge if settings.gateway_judge_expired else None, examples=settings.executor_examples,
+            examples_chars=settings.executor_examples_chars)
 
     def attach(self, app: FastAPI) -> None:
         app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories

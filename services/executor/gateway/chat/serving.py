@@ -6,7 +6,8 @@
    A trajectory keeps its skills: every call of it sees the same ones (and a backend's prompt cache
    keeps them).
 2. The skills go in as one system message, written as the executor writes them
-   (`skillos.acting.prompt.skills_block`), after the client's own leading system messages.
+   (`skillos.acting.prompt.skills_block`), after the client's own leading system messages, with the best
+   of their worked examples for the task (`skillos.worked_examples.select`) before them.
 3. The request goes to the executor's LLM backend as the client wrote it (``tools``, ``tool_calls``,
    sampling, ``stream_options``, everything), the model name mapped to the backend's; the answer comes
    back as the backend wrote it, streamed chunk by chunk as it arrives when ``stream`` is true.
@@ -49,6 +50,7 @@ from skillos.llm import LLMSettings
 from skillos.logging import get_logger
 from skillos.protocol.executor import RetrievedSkill
 from skillos.protocol.skillrepo import REPO_NAME_PATTERN
+from skillos.worked_examples import WorkedExample, examples_block, select
 
 log = get_logger("gateway")
 
@@ -61,12 +63,25 @@ OVERHEAD = Histogram("skillos_gateway_overhead_seconds",
 MAX_QUERY_CHARS = 4000  # the skill repo's query limit is 4096
 
 
-def inject(messages: list[dict[str, Any]], skills: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages with the skills as one system message after the leading system (developer) ones."""
+def _retrieved(skills: list[dict[str, Any]]) -> list[RetrievedSkill]:
+    return [RetrievedSkill(name=s["name"], description=s.get("description", ""), body=s.get("body", ""),
+                           version=s.get("version", 1), examples=s.get("examples") or []) for s in skills]
+
+
+def served_examples(skills: list[dict[str, Any]], task: str, examples: int, examples_chars: int) -> list[WorkedExample]:
+    """The worked examples a trajectory's calls are shown: up to ``examples`` of its skills' that fit
+    ``examples_chars`` (`skillos.worked_examples.select`; a trajectory keeps its skills, so always the same)."""
+    return select(_retrieved(skills), task, "gateway", examples, examples_chars) if skills else []
+
+
+def inject(messages: list[dict[str, Any]], skills: list[dict[str, Any]], task: str = "", examples: int = 0,
+           examples_chars: int = 0) -> list[dict[str, Any]]:
+    """The messages with the skills (and up to ``examples`` of their worked examples that fit ``examples_chars``)
+    as one system message after the leading system (developer) ones."""
     if not skills:
         return messages
-    block = skills_block([RetrievedSkill(name=s["name"], description=s.get("description", ""),
-                                         body=s.get("body", ""), version=s.get("version", 1)) for s in skills])
+    shown = served_examples(skills, task, examples, examples_chars)
+    block = examples_block(shown, shown[0].env if shown else "gateway") + skills_block(_retrieved(skills))
     i = 0
     while i < len(messages) and messages[i].get("role") in ("system", "developer"):
         i += 1
@@ -135,8 +150,10 @@ class _Accumulated:
 
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
-                 default_repo: str, k: int, models: list[str], admission: Admission):
+                 default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
+                 examples_chars: int = 1600):
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
+        self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
         headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
@@ -169,7 +186,9 @@ class ChatGateway:
                                     f"skill repo: {e.message}", param=REPO_HEADER) from e
             log.warning("gateway_skills_unavailable", repo=repo, error=str(e))  # answer without skills
             return []
-        return [{"name": h.name, "description": h.description, "body": h.body, "version": h.version} for h in hits]
+        return [{"name": h.name, "description": h.description, "body": h.body, "version": h.version,
+                 **({"examples": [e.model_dump(mode="json") for e in h.examples]} if getattr(h, "examples", None)
+                    else {})} for h in hits]
 
     async def _create_repo(self, repo: str) -> None:
         try:
@@ -246,7 +265,8 @@ class ChatGateway:
         except BaseException:
             turn.leave()
             raise
-        body = {**sent, "model": self.backend_model, "messages": inject(messages, row.skills)}
+        body = {**sent, "model": self.backend_model,
+                "messages": inject(messages, row.skills, row.task, self.examples, self.examples_chars)}
         answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
         if req.stream:
             return await self._stream(body, row, messages, answer_headers, turn)

@@ -42,6 +42,7 @@ class TrajectoryInfo(BaseModel):
     task: str
     model: str
     skills: list[str] = Field(description="the skills injected into the conversation")
+    examples: list[str] = Field(default_factory=list, description="ids of the skills' worked examples injected with them")
     status: TrajectoryStatus
     created_at: float
     updated_at: float

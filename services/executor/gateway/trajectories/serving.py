@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from services.executor.gateway.chat.serving import served_examples
 from services.executor.gateway.errors import gateway_error
 from services.executor.gateway.trajectories.protocol import (
     OutcomeRequest,
@@ -37,7 +38,7 @@ from skillos.auth import Grant
 from skillos.clients.curator import AsyncCuratorClient, CuratorError
 from skillos.errors import APIError
 from skillos.logging import get_logger
-from skillos.protocol.curator import CurateRequest, RetrievedSkill, Trajectory, TrajectoryTurn
+from skillos.protocol.curator import CurateRequest, Outcome, RetrievedSkill, Trajectory, TrajectoryTurn
 from skillos.protocol.executor import HistoryStep, JudgeRequest, JudgeResponse
 from skillos.protocol.skillrepo import OpOrigin
 
@@ -70,7 +71,8 @@ def _shown(message: dict[str, Any]) -> str:
 
 
 def _action(response: dict[str, Any]) -> tuple[str, str]:
-    """(thought, action) of an answer: a tool call is the action and the text its thought; else the text."""
+    """(thought, action) of an answer: a tool call is the action and the text its thought; a JSON object with a
+    string ``action`` (an agent's structured output) gives its ``action`` and ``thought``; else the text."""
     text = _text(response.get("content"))
     tool_calls = response.get("tool_calls") or []
     if tool_calls:
@@ -79,6 +81,14 @@ def _action(response: dict[str, Any]) -> tuple[str, str]:
             fn = (tc or {}).get("function") or {}
             calls.append(f"{fn.get('name', '?')}({fn.get('arguments', '')})")
         return text, "; ".join(calls)
+    if text.lstrip().startswith("{"):
+        try:
+            said = json.loads(text)
+        except ValueError:
+            said = None
+        if isinstance(said, dict) and isinstance(said.get("action"), str) and said["action"].strip():
+            thought = said.get("thought")
+            return (thought if isinstance(thought, str) else ""), said["action"]
     return "", text
 
 
@@ -103,9 +113,10 @@ def curator_trajectory(row: TrajectoryRow) -> Trajectory:
                       env_success=bool(outcome.get("success")))
 
 
-def info(row: TrajectoryRow, with_calls: bool = False) -> TrajectoryInfo:
+def info(row: TrajectoryRow, with_calls: bool = False, examples: list[str] | None = None) -> TrajectoryInfo:
     return TrajectoryInfo(
         id=row.id, repo=row.repo, task=row.task, model=row.model, skills=[s["name"] for s in row.skills],
+        examples=examples or [],
         status=row.status, created_at=row.created_at, updated_at=row.updated_at, calls=row.calls, bytes=row.bytes,
         truncated=row.truncated, outcome=RecordedOutcome(**row.outcome) if row.outcome else None,
         curation=row.curation,
@@ -121,8 +132,10 @@ class Trajectories:
 
     def __init__(self, store: TrajectoryStore, curator_url: str, token: str | None, *, ttl_s: float,
                  sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
-                 judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None):
+                 judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None,
+                 examples: int = 1, examples_chars: int = 1600):
         self.store = store
+        self.examples, self.examples_chars = examples, examples_chars   # what the chat calls were shown
         # with a judge, an idle trajectory is judged by the executor's own model and curated, not dropped
         self.judge = judge
         self.ttl_s, self.sweep_interval_s = ttl_s, sweep_interval_s
@@ -215,7 +228,9 @@ class Trajectories:
         return row
 
     async def get(self, tid: str, with_calls: bool, grant: Grant) -> TrajectoryInfo:
-        return info(await self._row(tid, grant, write=False, with_calls=with_calls), with_calls)
+        row = await self._row(tid, grant, write=False, with_calls=with_calls)
+        shown = served_examples(row.skills, row.task, self.examples, self.examples_chars)
+        return info(row, with_calls, [e.id for e in shown])
 
     async def outcome(self, tid: str, body: OutcomeRequest, grant: Grant) -> OutcomeResponse:
         await self._row(tid, grant, write=True)
@@ -264,13 +279,17 @@ class Trajectories:
         row = await self._db(self.store.get, tid, True)
         if row is None or row.status != CURATING:
             return
+        outcome = row.outcome or {}
         request = CurateRequest(
-            trajectory=curator_trajectory(row), self_judged_success=bool((row.outcome or {}).get("success")),
+            trajectory=curator_trajectory(row), self_judged_success=bool(outcome.get("success")),
             retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
-                                             content=s.get("body", ""), version=s.get("version"))
+                                             content=s.get("body", ""), version=s.get("version"),
+                                             examples=s.get("examples") or [])
                               for s in row.skills][:50],
             repo=row.repo, apply=True, idempotency_key=f"gateway:{tid}",
-            origin=OpOrigin(source="gateway", trajectory=tid))
+            origin=OpOrigin(source="gateway", trajectory=tid),
+            # a success keeps the trajectory as a worked example: reported by the caller, or self-judged at expiry
+            outcome=Outcome(success=bool(outcome.get("success")), source="judge" if outcome.get("judged") else "caller"))
         for attempt in range(self.retries + 1):
             try:
                 resp = await self._curator.curate(request)
