@@ -86,8 +86,10 @@ class ActingSettings(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
     # how the executor decides when a request does not say (skillos.acting.options.ActingOptions)
     executor_state_line: bool = True
     executor_hold_back: bool = True
-    executor_demos: Literal["generic", "expert"] = "expert"
+    executor_demos: Literal["none", "generic", "expert"] = "generic"
     executor_demos_per_type: int = Field(1, ge=0, le=3)
+    executor_examples: int = Field(1, ge=0, le=3)
+    executor_examples_chars: int = Field(1600, ge=0, le=8000)
 
     def player_options(self) -> PlayerOptions:
         """What an `EpisodePlayer` built from these settings reaches, and how it decides by default."""
@@ -97,7 +99,8 @@ class ActingSettings(ApiTokenSettings, SkillRepoAddress, EnvAddresses):
             timeout_s=self.executor_upstream_timeout_s, reasoning_max_tokens=self.executor_reasoning_max_tokens,
             action_format=self.executor_action_format,
             acting=ActingOptions(state_line=self.executor_state_line, hold_back=self.executor_hold_back,
-                                 demos=self.executor_demos, demos_per_type=self.executor_demos_per_type))
+                                 demos=self.executor_demos, demos_per_type=self.executor_demos_per_type,
+                                 examples=self.executor_examples, examples_chars=self.executor_examples_chars))
 
 
 class EnvDataSettings(CommonSettings):

@@ -1,4 +1,5 @@
-"""Demonstrations per ALFWorld task type, played by the env's handcoded expert on ``valid_train``.
+"""Demonstrations per ALFWorld task type, played by the env's handcoded expert on ``valid_train``: the
+ceiling arm's (`--method expert-demos`), shown as worked examples in the format of the skills' own.
 
 ReAct (Yao et al.) shows two solved games of the task's own type; the executor used to show one
 made-up "put a mug in shelf" for every type (bench/evidence/curation-alfworld-pick). The expert's
@@ -14,9 +15,9 @@ import json
 from pathlib import Path
 
 from skillos.acting.state import NO_PROGRESS
+from skillos.worked_examples import WorkedExample, compress
 
 DATA = Path(__file__).resolve().parent / "data" / "alfworld_expert_valid_train.jsonl"
-MAX_DEMO_OBS = 220
 
 
 @functools.lru_cache(maxsize=4)
@@ -78,32 +79,12 @@ def pick(task_type: str, n: int, path: Path = DATA, task_id: str | None = None) 
     return sorted(games, key=rank)[:n]
 
 
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_DEMO_OBS else text[:MAX_DEMO_OBS] + " …"
+def as_example(game: dict) -> WorkedExample | None:
+    """An expert game as a worked example: compressed as the system compresses its own successes, so the
+    executor reads both in one format (`skillos.worked_examples.prompt`)."""
+    return compress("alfworld", game["instruction"], game["steps"], source="env", trajectory=game["task_id"])
 
 
-def render(game: dict) -> str:
-    steps = game["steps"]
-    # each action with what the game answered (the observation before the next action)
-    pairs = [(st["action"], steps[i + 1]["observation"] if i + 1 < len(steps) else None)
-             for i, st in enumerate(steps)]
-    lines = [f"Task: {game['instruction'].strip()}"]
-    # the expert looks around and closes doors now and then; the executor is not offered those actions
-    # (hold_back), so the demonstration does not show them either
-    for action, answer in pairs:
-        if action.lower().startswith(NO_PROGRESS):
-            continue
-        lines.append(f"> {action}")
-        lines.append(_clip(answer) if answer is not None else "(task done)")
-    return "\n".join(lines)
-
-
-def demos_block(task_type: str | None, n: int, path: Path = DATA, task_id: str | None = None) -> str:
+def expert_examples(task_type: str | None, n: int, path: Path = DATA, task_id: str | None = None) -> list[WorkedExample]:
     """The demonstrations for a task of ``task_type``, never of the floorplan of ``task_id``."""
-    games = pick(task_type or "", n, path, task_id)
-    if not games:
-        return ""
-    head = ("Solved examples of the same kind of task (other rooms; each line after '>' is an action, the line "
-            "after it what the game answered):")
-    return head + "\n\n" + "\n\n".join(render(g) for g in games) + "\n\n"
+    return [e for g in pick(task_type or "", n, path, task_id) if (e := as_example(g)) is not None]

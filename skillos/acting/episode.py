@@ -19,7 +19,15 @@ from typing import Protocol
 
 from skillos.acting.options import ActingOptions
 from skillos.acting.parse import parse_action
-from skillos.acting.prompt import action_schema, agent_messages, avoided, hide_more, reasoning_messages
+from skillos.acting.prompt import (
+    action_schema,
+    agent_messages,
+    avoided,
+    hide_more,
+    reasoning_messages,
+    shown_examples,
+    turn_tail,
+)
 from skillos.llm import ChatResult, LLMError
 from skillos.logging import get_logger
 from skillos.protocol.executor import RetrievedSkill, Sampling, Turn
@@ -70,6 +78,7 @@ class Outcome:
     llm_s: float = 0.0
     env_s: float = 0.0
     final_answer: str = ""
+    examples: list[str] = field(default_factory=list)  # ids of the worked examples shown
 
 
 def close_tags(text: str) -> str:
@@ -124,15 +133,19 @@ async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: st
     opts = options or ActingOptions()
     first_obs, first_adm = observation, list(admissible)
     admissible = list(admissible)
-    out = Outcome()
-    history: list[tuple[str, str, str]] = []
+    examples = shown_examples(env_name, task, skills, opts, task_type, task_id)   # once: the opening never changes
+    out = Outcome(examples=[e.id for e in examples])
+    # (observation, action, thought, what closed the turn's message, the model's own answer when kept): every
+    # later prompt repeats a turn word for word (`prompt.agent_messages`), so the server's prompt cache holds it
+    history: list[tuple[str, str, str, str, str]] = []
     hidden = 0   # the first steps hidden because the prompt outgrew the context (ask_fitting)
     for i in range(max_turns):
         avoid = avoided(env_name, task, history, observation, admissible, first_obs, first_adm, opts)
+        asked = turn_tail(history, observation, env_name, admissible, avoid)
         messages_for = partial(agent_messages, env_name, task, observation, skills=skills, history=history,
                                history_len=history_len, admissible=admissible, first_observation=first_obs,
                                first_admissible=first_adm, avoid=avoid, action_format=action_format,
-                               options=opts, task_type=task_type, task_id=task_id)
+                               options=opts, task_type=task_type, task_id=task_id, examples=examples)
         try:
             res, hidden = await ask_fitting(
                 llm, messages_for, past=len(history), history_len=history_len, hidden=hidden,
@@ -166,7 +179,9 @@ async def react(llm, env: EnvSession, *, env_name: str, task: str, task_type: st
         if on_turn is not None:
             on_turn(turn)
         out.reward += step.reward
-        history.append((observation, parsed.action, parsed.thought))
+        # the answer as generated, when it was an admissible action word for word (a repaired one is written again)
+        said = res.content.strip() if action_format == "json" and parsed.raw_action == parsed.action else ""
+        history.append((observation, parsed.action, parsed.thought, asked, said))
         if step.done:
             out.won = step.won
             out.stop_reason = "won" if step.won else "done"
@@ -185,11 +200,12 @@ def read_answer(completion: str) -> tuple[str, str]:
 
 
 async def reason(llm, env: EnvSession, *, problem: str, skills: Sequence[RetrievedSkill], sampling: Sampling,
-                 max_tokens: int, seed: int | None) -> Outcome:
+                 max_tokens: int, seed: int | None, options: ActingOptions | None = None) -> Outcome:
     """A single-turn reasoning episode: one chain of thought, the answer in ``<answer>``."""
-    out = Outcome(stop_reason="done")
+    examples = shown_examples("reasoning", problem, skills, options)
+    out = Outcome(stop_reason="done", examples=[e.id for e in examples])
     try:
-        res = await llm.chat(reasoning_messages(problem, skills), temperature=sampling.temperature,
+        res = await llm.chat(reasoning_messages(problem, skills, examples), temperature=sampling.temperature,
                              top_p=sampling.top_p, max_tokens=max_tokens, seed=seed)
     except LLMError as e:
         out.stop_reason, out.error = "llm_error", e.describe()

@@ -1,6 +1,10 @@
 """How the executor decides: the options of `skillos.acting`, one object for the service, the harness
-and the trainer. Every option is on for every arm of a comparison alike (No Memory and the methods
-with skills); bench/RESULTS-learning.md ("the executor that explores") measures what each adds.
+and the trainer. Every option is the same for every arm of a comparison (No Memory and the methods with
+skills); bench/RESULTS-learning.md ("the executor that explores") measures what each adds.
+
+The defaults are the paper's setting: no demonstration of the task's type (the executor prompt of the
+paper shows none, and a deployment has no handcoded expert); the only worked examples are those the
+skills retrieved for the task carry (`examples`), kept from the system's own successes.
 """
 
 from __future__ import annotations
@@ -22,11 +26,17 @@ class ActingOptions(BaseModel):
         "(every env), and in ALFWorld look / examine / inventory / close, going where the agent stands, taking "
         "an object the task does not name, putting the object back unchanged where it was taken from, leaving "
         "a closed place right after arriving (skillos.acting.state.held_back)"))
-    demos: Literal["generic", "expert"] = Field("expert", description=(
-        "generic: one made-up demonstration for every task; expert: demonstrations of the task's own type "
-        "played by ALFWorld's handcoded expert on valid_train (never an evaluation split, never the task's own "
-        "floorplan)"))
+    demos: Literal["none", "generic", "expert"] = Field("generic", description=(
+        "none: no demonstration; generic: one made-up game in the system prompt that shows the answer format "
+        "(not of the task's type; left out when worked examples are shown); expert: games of the task's own "
+        "type played by ALFWorld's handcoded expert on valid_train (never an evaluation split, never the task's "
+        "own floorplan): the ceiling arm, not the paper's setting"))
     demos_per_type: int = Field(1, ge=0, le=3, description="expert demonstrations shown per episode")
+    examples: int = Field(1, ge=0, le=3, description=(
+        "worked examples of the retrieved skills shown per episode (their own successes, of the task's kind "
+        "where the env has kinds); 0: none"))
+    examples_chars: int = Field(1600, ge=0, le=8000, description=(
+        "the most characters the worked examples may take together (~4 per token)"))
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class SkillSource:
     async def search(self, repo: str, query: str, k: int, mode: SearchMode = "bm25") -> list[RetrievedSkill]:
         hits = await self._client.search(repo, query, k, mode)
         return [RetrievedSkill(name=h.name, description=h.description, version=h.version, score=h.score,
-                               body=h.body) for h in hits]
+                               body=h.body, examples=getattr(h, "examples", None) or []) for h in hits]
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -99,8 +99,8 @@ class EpisodePlayer:
         """The first ``k`` of the skills given inline, else the top ``k`` of ``repo`` for ``query``
         (raises `SkillRepoError`)."""
         if inline is not None:
-            return [RetrievedSkill(name=s.name, description=s.description, version=s.version, body=s.body)
-                    for s in inline[:k]]
+            return [RetrievedSkill(name=s.name, description=s.description, version=s.version, body=s.body,
+                                   examples=s.examples) for s in inline[:k]]
         if repo is None or k == 0:
             return []
         if self._skills is None:
@@ -130,7 +130,8 @@ class EpisodePlayer:
             if req.env == "reasoning":
                 out = await acting.reason(
                     self.llm, session, problem=created.observation, skills=skills, sampling=req.sampling,
-                    max_tokens=req.sampling.max_tokens or self.options.reasoning_max_tokens, seed=req.seed)
+                    max_tokens=req.sampling.max_tokens or self.options.reasoning_max_tokens, seed=req.seed,
+                    options=self.acting_options(req.acting))
             else:
                 out = await acting.react(
                     self.llm, session, env_name=req.env, task=created.task.instruction,
@@ -149,7 +150,8 @@ class EpisodePlayer:
             episode_id=uuid.uuid4().hex, env=req.env, task_id=created.task.id, task_type=created.task.type,
             instruction=created.task.instruction, repo=req.repo, success=out.won and out.stop_reason == "won",
             reward=out.reward, steps=len(out.turns), stop_reason=out.stop_reason, error=out.error,
-            final_answer=out.final_answer, turns=out.turns, skills=skills, tokens=token_count(out.results),
+            final_answer=out.final_answer, turns=out.turns, skills=skills, examples_shown=out.examples,
+            tokens=token_count(out.results),
             timing=Timing(llm_s=out.llm_s, env_s=out.env_s), invalid_actions=sum(1 for t in out.turns if not t.valid))
         timing = resp.timing
         timing.env_s += env_s

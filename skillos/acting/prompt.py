@@ -26,10 +26,11 @@ import json
 import re
 from collections.abc import Sequence
 
-from skillos.acting.demos import demos_block
+from skillos.acting.demos import expert_examples
 from skillos.acting.options import ActingOptions
 from skillos.acting.state import held_back, state_of
 from skillos.protocol.executor import RetrievedSkill
+from skillos.worked_examples import WorkedExample, examples_block, select
 
 MAX_SKILL_CHARS = 1500  # per skill body: keeps 5 skills inside a small model's context
 MAX_OBS_CHARS = 2000
@@ -46,8 +47,8 @@ ENV_ROLES = {
 FORMATS = {
     "tags": ("At every step, first think briefly (one or two short sentences) inside <think></think>, then give "
              "exactly one action inside <action></action>."),
-    "json": ('At every step, answer with one JSON object: {"thought": "one or two short sentences: what you '
-             'know and what to do next", "action": "exactly one of the actions you can take now"}.'),
+    "json": ('At every step, answer with one JSON object: {"thought": "one short sentence: what to do next and '
+             'why", "action": "exactly one of the actions you can take now"}.'),
 }
 
 # One short demonstration per environment (our own, in a made-up room/store): the format, and how an
@@ -129,8 +130,8 @@ def assistant_turn(action: str, thought: str = "", action_format: str = "json") 
     """A decision as the model writes it (the thought kept: without it, a small model copies the bare
     actions of its history, stops thinking and repeats itself)."""
     if action_format == "json":
-        return json.dumps({"thought": _clip(thought, 400), "action": action}, ensure_ascii=False)
-    return (f"<think>{_clip(thought, 400)}</think>\n" if thought else "") + f"<action>{action}</action>"
+        return json.dumps({"thought": _clip(thought, MAX_THOUGHT), "action": action}, ensure_ascii=False)
+    return (f"<think>{_clip(thought, MAX_THOUGHT)}</think>\n" if thought else "") + f"<action>{action}</action>"
 
 
 def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -> dict | None:
@@ -153,7 +154,9 @@ def action_schema(admissible: Sequence[str] | None, avoid: Sequence[str] = ()) -
             "required": ["thought", "action"], "additionalProperties": False}
 
 
-MAX_THOUGHT = 300
+# A thought says what to do next, not what the observation said again: each character of it is generated (the
+# slowest tokens of a CPU server) and then read back every later turn (bench/RESULTS-learning.md, "speed").
+MAX_THOUGHT = 150
 
 
 NO_PROGRESS = "(Your last action changed nothing. Do something different.)"
@@ -239,18 +242,29 @@ def actions_block(env: str, admissible: Sequence[str] | None, avoid: Sequence[st
     if env == "alfworld":
         # the places do not change during an episode: they are listed once at the start (cached),
         # each turn names the other actions possible where the agent stands
-        local = [a for a in actions if not a.startswith("go to ")]
-        lines = [f"- {a}" for a in local[:MAX_ADMISSIBLE]]
+        local = [a for a in actions if not a.startswith("go to ")][:MAX_ADMISSIBLE]
         if len(local) < len(actions):
-            lines.append("- go to PLACE (one of the places listed at the start)")
-        return "Actions you can take now:\n" + "\n".join(lines)
-    return "Actions you can take now:\n" + "\n".join(f"- {a}" for a in actions[:MAX_ADMISSIBLE])
+            local.append("go to PLACE")
+        return "Actions now: " + " | ".join(local)
+    return "Actions now: " + " | ".join(actions[:MAX_ADMISSIBLE])
 
 
-def places_block(env: str, admissible: Sequence[str] | None) -> str:
+def turn_tail(history: Sequence[tuple], observation: str, env: str, admissible: Sequence[str] | None,
+              avoid: Sequence[str] = ()) -> str:
+    """What closes a turn's message: the no-progress note when it applies, and the actions possible now. An
+    episode keeps it with the step (``history[i][3]``) so that later prompts repeat it word for word."""
+    note = f"{NO_PROGRESS}\n" if _no_progress(history, observation) else ""
+    return note + actions_block(env, admissible, avoid)
+
+
+def places_block(env: str, admissible: Sequence[str] | None, observation: str = "") -> str:
+    """The places to go to, once, where the opening observation does not already name them all (ALFWorld's
+    names every place of the room: "you see a cabinet 2, a cabinet 1, ...")."""
     if env != "alfworld" or not admissible:
         return ""
     places = [a.removeprefix("go to ") for a in admissible if a.startswith("go to ")]
+    if all(re.search(rf"\b{re.escape(p)}\b", observation) for p in places):
+        return ""
     return f"\nPlaces you can go to: {', '.join(places)}." if places else ""
 
 
@@ -278,50 +292,74 @@ def hide_more(n: int, history_len: int, hidden: int) -> int | None:
     return min((start // HISTORY_CHUNK + 1) * HISTORY_CHUNK, n - 1)
 
 
+def shown_examples(env: str, task: str, skills: Sequence[RetrievedSkill], options: ActingOptions | None = None,
+                   task_type: str | None = None, task_id: str | None = None) -> list[WorkedExample]:
+    """The worked examples an episode shows, in one format: the expert's games of the task's type (only with
+    ``demos=expert``, the ceiling arm), then the best of the retrieved skills' own (`worked_examples.select`)."""
+    opts = options or ActingOptions()
+    shown: list[WorkedExample] = []
+    if env == "alfworld" and opts.demos == "expert":
+        shown += expert_examples(task_type, opts.demos_per_type, task_id=task_id)
+    return shown + select(skills, task, env, opts.examples, opts.examples_chars)
+
+
 def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[RetrievedSkill],
                    history: Sequence[tuple[str, ...]], admissible: Sequence[str] | None,
                    history_len: int = 30, first_observation: str | None = None,
                    first_admissible: Sequence[str] | None = None, avoid: Sequence[str] = (),
                    action_format: str = "json", options: ActingOptions | None = None,
-                   task_type: str | None = None, task_id: str | None = None, hidden: int = 0) -> list[dict]:
+                   task_type: str | None = None, task_id: str | None = None, hidden: int = 0,
+                   examples: Sequence[WorkedExample] | None = None) -> list[dict]:
     """Chat messages for one ReAct decision.
 
-    ``history``: every past (observation, action[, thought]) of the episode, oldest first;
-    ``observation``: now.
+    ``history``: every past (observation, action[, thought[, asked[, completion]]]) of the episode, oldest
+    first; ``asked``: what closed the message the action answered (`turn_tail`), ``completion``: the model's
+    own answer (both kept by `episode.react` so that every later prompt repeats the turn word for word: the
+    prompt only grows, and a server's prompt cache processes each turn's new text once); ``observation``: now.
     ``first_observation``/``first_admissible``: the episode's opening observation and actions (default:
     the first history entry's observation, or ``observation`` and ``admissible`` at the first step).
     ``avoid``: actions not offered this turn (they just changed nothing; see `avoided`).
     ``options``: the state line and the demonstrations (`ActingOptions`); ``task_type`` picks the latter,
     never of the floorplan of ``task_id``.
     ``hidden``: the first past steps not shown in full whatever ``history_len`` says (`hide_more`).
+    ``examples``: the worked examples shown (default: `shown_examples`; an episode picks them once).
     """
     opts = options or ActingOptions()
     first = first_observation if first_observation is not None else (history[0][0] if history else observation)
     # the places come from the first turn's actions (go to PLACE); a caller that does not give them gets
     # today's list, which in ALFWorld names the same places
     first_adm = first_admissible if first_admissible is not None else admissible
-    demos = (demos_block(task_type, opts.demos_per_type, task_id=task_id)
-             if env == "alfworld" and opts.demos == "expert" else "")
-    opening = (f"{demos}Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n"
-               f"{show_observation(env, first)}" + places_block(env, first_adm))
-    messages = [{"role": "system", "content": system_prompt(env, action_format, generic_demo=not demos)}]
+    if examples is None:
+        examples = shown_examples(env, task, skills, opts, task_type, task_id)
+    opening = (f"{examples_block(examples, env)}Your task: {task.strip()}\n\n{skills_block(skills)}The episode starts.\n"
+               f"{show_observation(env, first)}" + places_block(env, first_adm, show_observation(env, first)))
+    # the made-up format game unless a worked one is shown (an expert arm without games of its env keeps it)
+    generic = opts.demos != "none" and not examples
+    messages = [{"role": "system", "content": system_prompt(env, action_format, generic_demo=generic)}]
 
     def state(upto: int, obs: str) -> str:
         """The state line after the first ``upto`` actions (each past turn keeps its own: append-only)."""
         if env != "alfworld" or not opts.state_line:
             return ""
-        return "\n" + state_of(first, first_adm, history[:upto], obs).line(task)
+        return "\n" + state_of(first, first_adm, history[:upto], obs).line(task, show_observation(env, obs))
 
-    step1 = f"{opening}{state(0, first)}\n\nStep 1. "
+    def asked(j: int) -> str:
+        """What closed the message before past action ``j``, as the episode kept it ("" when not kept: a caller
+        of /v1/act sends no such record)."""
+        return f"\n{history[j][3]}" if len(history[j]) > 3 and history[j][3] else ""
+
+    step1 = f"{opening}{state(0, first)}\n\nStep 1.\n"
     if not history:
-        messages.append({"role": "user", "content": step1 + actions_block(env, admissible, avoid)})
+        messages.append({"role": "user", "content": step1 + turn_tail(history, observation, env, admissible, avoid)})
         return messages
     start = _shown_history(len(history), history_len, hidden)
     if start > 0:
         earlier = "; ".join(step[1] for step in history[:start])
         opening += f"\n\n(Steps 1-{start} are not shown. Your actions in them: {_clip(earlier, 1200)})"
         messages.append({"role": "user", "content": opening + f"\n\nStep {start + 1}. "
-                         + show_observation(env, history[start][0]) + state(start, history[start][0])})
+                         + show_observation(env, history[start][0]) + state(start, history[start][0]) + asked(start)})
+    elif asked(0):
+        messages.append({"role": "user", "content": step1 + asked(0).lstrip("\n")})
     elif first_admissible is not None:
         # word for word what the first turn was asked, so the server's prompt cache keeps all of it
         first_avoid = avoided(env, task, [], first, first_admissible, first, first_admissible, opts)
@@ -330,20 +368,24 @@ def agent_messages(env: str, task: str, observation: str, *, skills: Sequence[Re
         messages.append({"role": "user", "content": step1.rstrip()})
     for i in range(start, len(history)):
         step = history[i]
-        messages.append({"role": "assistant",
-                         "content": assistant_turn(step[1], step[2] if len(step) > 2 else "", action_format)})
+        # the model's own words when they were kept (`react`: an exact action), so the server's cache of what it
+        # generated is reused; else the decision written again
+        said = step[4] if len(step) > 4 and step[4] else assistant_turn(step[1], step[2] if len(step) > 2 else "",
+                                                                        action_format)
+        messages.append({"role": "assistant", "content": said})
         nxt = history[i + 1][0] if i + 1 < len(history) else observation
         content = f"Step {i + 2}. {show_observation(env, nxt)}{state(i + 1, nxt)}"
-        if i + 1 == len(history):
-            if _no_progress(history, observation):
-                content += f"\n{NO_PROGRESS}"
-            content += f"\n{actions_block(env, admissible, avoid)}"
+        if i + 1 < len(history):
+            content += asked(i + 1)
+        else:
+            content += "\n" + turn_tail(history, observation, env, admissible, avoid)
         messages.append({"role": "user", "content": content})
     return messages
 
 
-def reasoning_messages(problem: str, skills: Sequence[RetrievedSkill]) -> list[dict]:
-    user = skills_block(skills) + f"Problem:\n{problem.strip()}\n\n"
+def reasoning_messages(problem: str, skills: Sequence[RetrievedSkill],
+                       examples: Sequence[WorkedExample] = ()) -> list[dict]:
+    user = examples_block(examples, "reasoning") + skills_block(skills) + f"Problem:\n{problem.strip()}\n\n"
     user += ("Reason step by step inside <think></think>, then give only the final answer inside "
              "<answer></answer>.")
     return [{"role": "system", "content": "You are a careful problem solver. Show your reasoning, then the answer."},

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from skillos.acting.options import ActingOptions
 from skillos.protocol.skillrepo import SearchMode
+from skillos.worked_examples import MAX_PER_SKILL, WorkedExample
 
 EnvName = Literal["alfworld", "webshop", "reasoning"]
 ParseKind = Literal["exact", "fuzzy", "free", "unmatched", "empty"]
@@ -49,6 +50,8 @@ class SkillText(BaseModel):
     description: str = Field("", max_length=1024)
     body: str = Field("", max_length=MAX_TEXT)
     version: int | None = None
+    examples: list[WorkedExample] = Field(default_factory=list, max_length=MAX_PER_SKILL,
+                                          description="the skill's worked examples (from its own successes)")
 
 
 # A skill retrieved for an episode. `body` is the SKILL.md body (no frontmatter); the curator's
@@ -59,6 +62,7 @@ class RetrievedSkill(BaseModel):
     version: int | None = None
     score: float | None = None
     body: str = ""
+    examples: list[WorkedExample] = Field(default_factory=list, description="the skill's worked examples")
 
 
 class TokenCount(BaseModel):
@@ -140,6 +144,8 @@ class EpisodeResponse(BaseModel):
     final_answer: str = Field("", description="reasoning env: the submitted answer")
     turns: list[Turn]
     skills: list[RetrievedSkill]
+    examples_shown: list[str] = Field(default_factory=list, description=(
+        "ids of the worked examples the executor was shown (of the skills, or the expert's with demos=expert)"))
     tokens: TokenCount
     timing: Timing
     invalid_actions: int = 0

@@ -38,8 +38,16 @@ def test_state_follows_a_heat_episode():
     assert s.searched == {"cabinet 1", "countertop 1"}  # a closed microwave was not searched
     line = s.line(TASK)
     assert "In your hand: egg 1 (heated)." in line
-    assert "fridge 1" in line.split("Places")[0]  # the place the task names, seen from the start
-    assert "Places not searched yet: cabinet 2, fridge 1, microwave 1, sinkbasin 1." in line
+    assert "Not searched" not in line                   # the task's object in hand: nothing left to search for
+    assert line.startswith("You are at microwave 1.")   # no observation given: where it is, said
+    assert "You are at" not in s.line(TASK, "You heat the egg 1 using the microwave 1.")   # the observation says
+    # before the first action: the place the task names, once (the opening observation lists the room)
+    start = state_of(FIRST, FIRST_ADM, [], FIRST).line(TASK)
+    assert "Seen that your task names: fridge 1." in start and "Not searched" not in start
+    # searching, hands empty: the places left, in runs
+    searching = state_of(FIRST, FIRST_ADM, history[:3], history[3][0]).line(TASK)
+    assert "Not searched yet: cabinet 2, fridge 1, microwave 1, sinkbasin 1." in searching
+    assert "fridge 1" not in searching.split("Not searched")[0]   # said once, before the first action
     # before the take, the state says where the egg was seen
     early = state_of(FIRST, FIRST_ADM, history[:4], "You pick up the egg 1 from the countertop 1.")
     assert early.holding == "egg 1"
@@ -208,14 +216,43 @@ def test_with_the_object_in_hand_and_its_change_due_the_state_line_says_where_to
     ]
     held = state_of(FIRST, FIRST_ADM, history, "You pick up the egg 1 from the countertop 1.")
     line = held.line(TASK)
-    assert "Next: go to microwave 1 and heat the egg 1 with it." in line and "Places not searched" not in line
+    assert "Next: go to microwave 1 and heat the egg 1 with it." in line and "Not searched" not in line
     done = state_of(FIRST, FIRST_ADM, [*history, ("You pick up the egg 1 from the countertop 1.", "go to microwave 1"),
                                        ("You arrive at microwave 1. The microwave 1 is closed.",
                                         "heat egg 1 with microwave 1")],
                     "You heat the egg 1 using the microwave 1.")
-    assert "Next:" not in done.line(TASK) and "Places not searched yet" in done.line(TASK)
+    assert "Next:" not in done.line(TASK) and "Not searched yet" not in done.line(TASK)
     # another object in hand, or a task without a change: the places as before
     assert "Next:" not in state_of(FIRST, FIRST_ADM, history[:1], history[1][0]).line(TASK)
     assert "Next:" not in held.line("put some egg on the countertop.")
     clean = held.line("put a clean egg in the fridge.")
     assert "Next: go to sinkbasin 1 and clean the egg 1 with it." in clean
+
+
+def test_a_look_task_keeps_searching_for_the_lamp_with_the_object_in_hand():
+    first = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
+             "you see a desk 1, a drawer 1, a shelf 1, and a sidetable 1.\n\nYour task is to: look at bowl under "
+             "the desklamp.")
+    adm = ["go to desk 1", "go to drawer 1", "go to shelf 1", "go to sidetable 1"]
+    task = "look at bowl under the desklamp."
+    history = [(first, "go to desk 1"),
+               ("You arrive at desk 1. On the desk 1, you see a bowl 1, and a pen 1.", "take bowl 1 from desk 1")]
+    held = state_of(first, adm, history, "You pick up the bowl 1 from the desk 1.").line(task)
+    assert "Not searched yet: drawer 1, shelf 1, sidetable 1." in held   # the lamp is still to be found
+    seen = state_of(first, adm, [*history, ("You pick up the bowl 1 from the desk 1.", "go to shelf 1")],
+                    "You arrive at shelf 1. On the shelf 1, you see a desklamp 1.").line(task)
+    assert "desklamp 1 (shelf 1)" in seen and "Not searched" not in seen
+
+
+def test_where_the_agent_is_is_matched_as_a_whole_name_and_the_tasks_own_lamp_is_sought():
+    first = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet 10, "
+             "a desk 1, a shelf 1.")
+    adm = ["go to cabinet 1", "go to cabinet 10", "go to desk 1", "go to shelf 1"]
+    s = state_of(first, adm, [(first, "go to cabinet 1")], "You arrive at cabinet 1. The cabinet 1 is open.")
+    assert "You are at" not in s.line("put a mug in cabinet.", "You arrive at cabinet 1.")
+    assert s.line("put a mug in cabinet.", "You open the cabinet 10.").startswith("You are at cabinet 1.")
+    task = "look at bowl under the floorlamp."
+    history = [(first, "go to desk 1"),
+               ("You arrive at desk 1. On the desk 1, you see a bowl 1, and a desklamp 1.", "take bowl 1 from desk 1")]
+    held = state_of(first, adm, history, "You pick up the bowl 1 from the desk 1.").line(task)
+    assert "Not searched yet" in held        # a desklamp is not the floorlamp the task names

@@ -184,6 +184,29 @@ def test_acting_options_per_request_shape_the_episode(executor, alfworld):
     assert r.status_code == 422 and "state_lines" in r.json()["error"]["message"]
 
 
+def test_an_episode_shows_the_worked_example_of_its_kind(executor, alfworld):
+    """Inline skills carrying worked examples: the episode shows the one of its task's kind and says so
+    (`examples_shown`); with `examples=0` it shows none."""
+    task = first_task(alfworld)
+    won = [{"observation": "You are in the middle of a room.", "action": "go to desk 1"},
+           {"observation": "You arrive at desk 1. On the desk 1, you see a mug 1, a desklamp 1.",
+            "action": "take mug 1 from desk 1"},
+           {"observation": "You pick up the mug 1 from the desk 1.", "action": "use desklamp 1"}]
+    from skillos.worked_examples import compress
+
+    mine = compress("alfworld", "look at mug under the desklamp.", won)
+    other = compress("alfworld", "put a clean mug in shelf.", won)
+    skill = {"name": "look-under-lamp", "description": "Look at an object under a lamp.", "body": "1. take it",
+             "examples": [other.model_dump(mode="json"), mine.model_dump(mode="json")]}
+    body = {"env": "alfworld", "task_id": task["id"], "max_turns": 1, "sampling": SMALL, "seed": 5,
+            "skills": [skill]}
+    r = post(executor, "/v1/episodes", body)
+    assert r.status_code == 200, r.text
+    assert task["type"] == "look" and r.json()["examples_shown"] == [mine.id]
+    r = post(executor, "/v1/episodes", {**body, "acting": {"examples": 0}})
+    assert r.status_code == 200 and r.json()["examples_shown"] == [], r.text
+
+
 def test_bad_requests_get_clear_4xx(executor, alfworld):
     r = post(executor, "/v1/episodes", {"env": "alfworld"})
     assert r.status_code == 422 and "task_id" in r.json()["error"]["message"]

@@ -1,5 +1,6 @@
 """The executor's prompt is append-only across the turns of an episode, so a server's prompt cache
-reuses all but the newest turn; the history window moves in chunks; ALFWorld's go-to actions are
+reuses all but the newest turn (strictly so when the episode keeps what each turn was asked and the
+model's own answer, as `react` does); the history window moves in chunks; ALFWorld's go-to actions are
 not repeated every turn."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from skillos.acting.prompt import (
     judge_messages,
     show_observation,
     stale_actions,
+    turn_tail,
 )
 from skillos.protocol.executor import RetrievedSkill
 
@@ -32,17 +34,34 @@ def render(messages) -> str:
 
 
 def test_each_turn_extends_the_previous_prompt():
-    history: list[tuple[str, str]] = []
+    """As `react` keeps the turns (what closed each message, the model's own answer): every prompt is the
+    previous one with the answer and the next message appended, word for word."""
+    history: list[tuple[str, ...]] = []
     obs, prev = ROOM, None
     for i in range(12):
         adm = [*PLACES, "help", "look", f"take egg {i} from countertop 1"]
         msgs = turn(history, obs, adm)
         assert msgs[0]["role"] == "system" and [m["role"] for m in msgs[1:]] == (["user", "assistant"] * 40)[:len(msgs) - 2] + ["user"]
         if prev is not None:
-            # everything before the previous turn's last message is kept as it was
+            assert render(msgs).startswith(render(prev))
+            assert len(msgs) == len(prev) + 2
+            # the model's answer replayed as it wrote it (its spacing too)
+            assert msgs[len(prev)]["content"] == f'{{"thought":"go on {i - 1}", "action": "go to cabinet {i - 1}"}}'
+        prev = msgs
+        history.append((obs, f"go to cabinet {i}", f"go on {i}", turn_tail(history, obs, "alfworld", adm),
+                        f'{{"thought":"go on {i}", "action": "go to cabinet {i}"}}'))
+        obs = f"You arrive at cabinet {i}. Nothing here."
+
+
+def test_a_history_without_records_keeps_all_but_the_last_message():
+    """A caller of /v1/act sends (observation, action, thought) only: the earlier turns stay as they were."""
+    history: list[tuple[str, ...]] = []
+    obs, prev = ROOM, None
+    for i in range(6):
+        msgs = turn(history, obs, [*PLACES, "look"])
+        if prev is not None:
             assert render(msgs).startswith(render(prev[:-1]))
-            last = prev[-1]["content"].split("Actions you can take now")[0].rstrip()
-            assert msgs[len(prev) - 1]["content"].startswith(last)
+            assert msgs[len(prev) - 1]["content"].startswith(prev[-1]["content"].split("Actions now")[0].rstrip())
         prev = msgs
         history.append((obs, f"go to cabinet {i}"))
         obs = f"You arrive at cabinet {i}. Nothing here."
@@ -51,13 +70,16 @@ def test_each_turn_extends_the_previous_prompt():
 def test_actions_listed_without_help_and_schema_allows_only_them():
     msgs = turn([], ROOM, [*PLACES, "help", "inventory", "look"])
     text = msgs[-1]["content"]
-    listed = text.split("Actions you can take now:")[1]
-    assert "- look" in listed and "- go to PLACE" in listed and "help" not in listed and "cabinet 1" not in listed
-    assert "Places you can go to: cabinet 1, microwave 1, countertop 1." in text
+    listed = text.split("Actions now:")[1]
+    assert listed.strip().split(" | ") == ["inventory", "look", "go to PLACE"]   # help never shown, places once
+    assert "Places you can go to" not in text          # the opening observation names every place already
+    elsewhere = agent_messages("alfworld", "heat an egg", "You are in a room.", skills=SKILLS, history=[],
+                               admissible=[*PLACES, "look"])[-1]["content"]
+    assert "Places you can go to: cabinet 1, microwave 1, countertop 1." in elsewhere
     assert "heat-object" in text and "Your task: heat an egg" in text
     schema = action_schema([*PLACES, "help", "look"])
     assert schema["properties"]["action"] == {"enum": [*PLACES, "look"]} and schema["required"] == ["thought", "action"]
-    assert schema["properties"]["thought"]["maxLength"] == 300      # a runaway thought still leaves an action
+    assert schema["properties"]["thought"]["maxLength"] == 150      # a runaway thought still leaves an action
     web = action_schema(["search[<your query>]", "click[buy now]"])["properties"]["action"]["anyOf"]
     assert web[0] == {"enum": ["click[buy now]"]} and web[1]["pattern"].startswith("^search")
     assert action_schema(None) is None
@@ -164,14 +186,14 @@ def test_actions_taken_in_the_same_situation_are_not_offered_again():
 
 def test_state_line_and_held_back_actions_keep_the_prompt_append_only():
     """With every acting option on (state line, held-back actions, expert demonstrations), each turn's
-    prompt still starts with the previous turn's, word for word, when the caller gives the first
-    observation and actions (as the executor does)."""
+    prompt is the previous turn's and the new turn, word for word, when the episode keeps its turns as
+    `react` does (what closed each message)."""
     from skillos.acting.options import ActingOptions
-    from skillos.acting.prompt import avoided
+    from skillos.acting.prompt import avoided, turn_tail
 
-    opts = ActingOptions()
+    opts = ActingOptions(demos="expert")
     first_adm = [*PLACES, "look", "inventory"]
-    history: list[tuple[str, str, str]] = []
+    history: list[tuple[str, ...]] = []
     obs, adm, prev = ROOM, first_adm, None
     script = [("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a egg 1, and a knife 1.",
                ["go to cabinet 1", "take egg 1 from countertop 1", "take knife 1 from countertop 1", "look"]),
@@ -183,20 +205,19 @@ def test_state_line_and_held_back_actions_keep_the_prompt_append_only():
         msgs = agent_messages("alfworld", "heat an egg", obs, skills=SKILLS, history=history, admissible=adm,
                               first_observation=ROOM, first_admissible=first_adm, avoid=avoid, options=opts,
                               task_type="heat")
-        shown = msgs[-1]["content"].split("Actions you can take now:")[-1]
+        shown = msgs[-1]["content"].split("Actions now:")[-1]
         assert "look" not in shown and "inventory" not in shown and "examine" not in shown
         assert "take knife 1" not in shown  # the task names no knife
         if prev is not None:
-            assert render(msgs).startswith(render(prev[:-1]))
-            assert msgs[len(prev) - 1]["content"].startswith(prev[-1]["content"].split("Actions you can take now")[0].rstrip())
+            assert render(msgs).startswith(render(prev))
         prev = msgs
-        history.append((obs, action, "thought"))
+        history.append((obs, action, "thought", turn_tail(history, obs, "alfworld", adm, avoid)))
         obs, adm = nxt, nxt_adm
     last = agent_messages("alfworld", "heat an egg", obs, skills=SKILLS, history=history, admissible=adm,
                           first_observation=ROOM, first_admissible=first_adm, options=opts)[-1]["content"]
-    assert "In your hand: egg 1." in last and "Where you are: microwave 1." in last
+    assert "In your hand: egg 1." in last and "You are at" not in last   # the observation just said where
     # the egg in hand, not heated yet: where to heat it, not the places left to search
-    assert "Next: go to microwave 1 and heat the egg 1 with it." in last and "Places not searched" not in last
+    assert "Next: go to microwave 1 and heat the egg 1 with it." in last and "Not searched" not in last
 
 
 def test_options_off_give_the_prompt_of_before():
@@ -205,8 +226,8 @@ def test_options_off_give_the_prompt_of_before():
     off = ActingOptions(state_line=False, hold_back=False, demos="generic")
     msgs = agent_messages("alfworld", "heat an egg", ROOM, skills=SKILLS, history=[], admissible=[*PLACES, "look"],
                           options=off, task_type="heat")
-    assert "Where you are" not in msgs[1]["content"] and "Example (another room" in msgs[0]["content"]
-    assert "- look" in msgs[1]["content"]
+    assert "In your hand" not in msgs[1]["content"] and "Example (another room" in msgs[0]["content"]
+    assert "Actions now: look | go to PLACE" in msgs[1]["content"]
 
 
 def test_webshop_schema_refuses_the_search_placeholder():
