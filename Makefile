@@ -5,8 +5,9 @@
 setup:
 	@bash scripts/setup.sh
 
+# 5 "look at OBJECT under the desklamp" games in order, SkillOS and No Memory, the paper's setting (README)
 run: setup
-	.venv/bin/skillos run --env alfworld --split valid_seen --limit 3 --seeds 1 --max-turns 10 --concurrency 2
+	.venv/bin/skillos run --env alfworld --split valid_seen --task-type look --per-type 5 --seeds 1 --max-turns 10 --concurrency 2
 
 test: setup
 	.venv/bin/python -m pytest -q -ra $(PYTEST_ARGS)

@@ -119,7 +119,8 @@ def run(ctx: typer.Context,
                                   help="default: alfworld valid_seen, else test, else the first split"),
         method: str = typer.Option("skillos", "--method", help=(
             "one method or several, comma-separated, played on the same tasks: none (No Memory) | skillos | "
-            "skillrl | sapo | skill1 | reasoningbank | memp | gold | skillos-expert (docs/methods.md)")),
+            "skillrl | sapo | skill1 | reasoningbank | memp | gold | skillos-expert | expert-demos (No Memory shown "
+            "the handcoded expert's games of the task's type: the ceiling arm) (docs/methods.md)")),
         param: list[str] = typer.Option([], "--param", help=(
             "a method's parameter, KEY=VALUE (to every method that has it) or METHOD.KEY=VALUE; repeat it "
             "(e.g. --param sapo.promote_every=3); `skillos methods` lists them")),
@@ -159,7 +160,9 @@ def run(ctx: typer.Context,
                                          help="past steps shown in full (paper: 3; older ones as actions)"),
         acting: list[str] = typer.Option([], "--acting", help=(
             "how the executor decides, KEY=VALUE, repeatable: state_line, hold_back (true|false), demos "
-            "(generic|expert), demos_per_type (0-3); with --acting the ones not given take their defaults (all on)")),
+            "(none|generic|expert), demos_per_type (0-3), examples (worked examples of the retrieved skills shown, "
+            "0-3), examples_chars; with --acting the ones not given take their defaults (the paper's setting: no "
+            "expert demonstration, the skills' own examples)")),
         oracle_judge: bool = typer.Option(False, "--oracle-judge",
                                           help="give the curator the env's verdict instead of the self-judge"),
         start: bool = typer.Option(True, "--start/--no-start",

@@ -6,6 +6,8 @@ Metrics (per method, mean ± std over seeds):
     used (SR among those), coverage (distinct skills used / distinct skills the repo held during
     the stream), skills used per task.
   * Curator: op mix (calls by name and verdict), mean validity rate (r_fc), curator errors.
+  * Worked examples: tasks shown one, successes that left one on a skill, how far the episodes shown one
+    followed its key actions (`skillos.worked_examples.follow`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from skillos.protocol.runs import (
 )
 from skillos.stream import TaskRecord
 from skillos.textguard import without_lone_surrogates
+from skillos.worked_examples.files import file_name, to_file
+from skillos.worked_examples.follow import follow_share
 
 
 @dataclass
@@ -49,6 +53,21 @@ def _mean_std(xs: list[float]) -> dict[str, float | None]:
     if not xs:
         return {"mean": None, "std": None}
     return {"mean": round(sum(xs) / len(xs), 4), "std": round(statistics.pstdev(xs), 4) if len(xs) > 1 else 0.0}
+
+
+def example_follow(record: TaskRecord, level: str = "pattern") -> float | None:
+    """How far the task's episode followed the worked examples it was shown (the best of them), or None."""
+    actions = [t.get("action", "") for t in record.turns if t.get("valid", True)]
+    shares = [f for e in record.examples if e.get("actions") and (f := follow_share(actions, e["actions"], level))
+              is not None]
+    return max(shares) if shares else None
+
+
+def left_example(record: TaskRecord | dict) -> bool:
+    """The task's success left a worked example on a skill (added, or replacing a longer one)."""
+    example = record.get("example") if isinstance(record, dict) else record.example
+    kept = (example or {}).get("kept") or {}
+    return any(str(v).startswith(("added", "replaced")) for v in kept.values())
 
 
 def run_metrics(run: StreamRun) -> dict[str, Any]:
@@ -87,6 +106,10 @@ def run_metrics(run: StreamRun) -> dict[str, Any]:
         "tokens": _mean([float(r.tokens) for r in recs]),
         # the method's own LLM calls (distillation, queries, ranking): the cost beside the executor's
         "writer_tokens": _mean([float(r.method_info.get("writer_tokens", 0)) for r in recs]),
+        "examples_rate": _mean([float(bool(r.examples)) for r in recs]),
+        "examples_left": sum(1 for r in recs if left_example(r)),
+        "success_when_example": _mean([float(r.success) for r in recs if r.examples]),
+        "example_follow": _mean([example_follow(r) for r in recs if r.examples]),
         "method_measures": METHODS[run.method].measures(recs) if run.method in METHODS else {},
     }
 
@@ -101,7 +124,7 @@ def summarize(runs: list[StreamRun], config: dict[str, Any]) -> dict[str, Any]:
         agg = {key: _mean_std([s[key] for s in seeds]) for key in (
             "sr", "sr_macro", "steps", "usage_rate", "success_when_used", "coverage", "skills_per_example",
             "validity_rate", "retrieval_rate", "final_repo_size", "self_judge_agreement", "tokens",
-            "writer_tokens")}
+            "writer_tokens", "examples_rate", "success_when_example", "example_follow")}
         measures = sorted({k for s in seeds for k in s["method_measures"]})
         agg["method_measures"] = {k: _mean_std([s["method_measures"].get(k) for s in seeds]) for k in measures}
         agg["sr_per_type"] = {t: _mean_std([s["sr_per_type"].get(t) for s in seeds]) for t in types}
@@ -114,6 +137,7 @@ def summarize(runs: list[StreamRun], config: dict[str, Any]) -> dict[str, Any]:
         agg["won"] = sum(s.get("won", 0) for s in seeds)
         agg["played"] = sum(s["tasks"] for s in seeds)
         agg["curator_errors"] = sum(s["curator_errors"] for s in seeds)
+        agg["examples_left"] = sum(s.get("examples_left", 0) for s in seeds)
         methods[method] = {"aggregate": agg, "seeds": seeds}
     return {"config": config, "methods": methods}
 
@@ -153,8 +177,9 @@ def in_short(methods: dict[str, Any], held: list[str] | None = None) -> str:
         parts.append(f"{title} won {agg.get('won', 0)} of {agg['played']}")
     if not parts:
         return ""
-    verdict = ("a smoke test: far too few episodes to tell methods apart (bench/RESULTS-learning.md has the "
-               "paired comparisons)" if most < 30 else "paired statistics: `python -m bench.bench_learning analyze`")
+    verdict = ("a short stream proves nothing either way: far too few episodes to tell methods apart; the paired "
+               "comparisons (60 games and more, with intervals) are in bench/RESULTS-learning.md" if most < 30
+               else "paired statistics: `python -m bench.bench_learning analyze`")
     same = ("on the same tasks and seeds" if not held else
             f"{', '.join(held)} held back with tasks left (`--hold`): compare pairs, not these totals")
     return f"In short: {'; '.join(parts)}, {same}; {verdict}."
@@ -187,7 +212,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         cells = [_fmt(a["sr_per_type"].get(t)) for t in types]
         lines.append(f"| {name} | " + " | ".join(cells) +
                      f" | {_fmt(a['sr_macro'])} | {_fmt(a['sr'])} | {_fmt(a['steps'], pct=False)} |")
-    memory = [n for n in methods if n != "none"]
+    memory = [n for n in methods if n in METHODS and METHODS[n].uses_repo]
     if memory:
         rows = [("tasks with ≥1 skill retrieved (%)", "retrieval_rate", True),
                 ("usage rate (%)", "usage_rate", True), ("success when used (%)", "success_when_used", True),
@@ -205,6 +230,20 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         a = methods["skillos"]["aggregate"]
         lines += ["", "## SkillOS curation", "", f"Curator call validity r_fc: {_fmt(a['validity_rate'])} %. "
                   "Op mix: " + (", ".join(f"{k} = {v}" for k, v in a["op_mix"].items()) or "no calls")]
+    shown = [n for n in methods if (methods[n]["aggregate"].get("examples_rate") or {}).get("mean")]
+    if shown:
+        rows = [("tasks shown a worked example (%)", "examples_rate", True),
+                ("success when shown one (%)", "success_when_example", True),
+                ("its key steps followed, in order (%)", "example_follow", True)]
+        lines += ["", "## Worked examples", "", "| metric | " + " | ".join(shown) + " |",
+                  "|---" * (len(shown) + 1) + "|"]
+        for label, key, pct in rows:
+            lines.append(f"| {label} | " + " | ".join(_fmt(methods[n]["aggregate"].get(key), pct) for n in shown) + " |")
+        lines.append("| successes that left an example on a skill | " + " | ".join(
+            str(methods[n]["aggregate"].get("examples_left", 0)) for n in shown) + " |")
+        lines += ["", ("Followed: the share of an example's key actions (take, put, change, use) the episode took in "
+                  "order; any success of the same kind follows it, so compare with the paired No Memory episode "
+                  "(`python -m bench.bench_learning analyze`).")]
     for name in memory:
         measures = methods[name]["aggregate"].get("method_measures") or {}
         if measures and name != "skillos":
@@ -262,7 +301,7 @@ def write_plots(runs: list[StreamRun], out: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    with_repo = [run for run in runs if run.method != "none"]
+    with_repo = [run for run in runs if run.method in METHODS and METHODS[run.method].uses_repo]
     for run in with_repo:
         xs = [r.position + 1 for r in run.records if r.repo_size is not None]
         ys = [r.repo_size for r in run.records if r.repo_size is not None]
@@ -389,10 +428,16 @@ def write_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def export_skills(skills: list[Any], folder: Path) -> int:
-    """Write each skill as <folder>/<name>/SKILL.md (the SKILL.md folder convention)."""
+    """Write each skill as <folder>/<name>/SKILL.md (the SKILL.md folder convention), its worked examples as
+    <folder>/<name>/examples/NN-<id>.md (as the skill repo exports them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for skill in skills:
         d = folder / skill.name
         d.mkdir(exist_ok=True)
         (d / "SKILL.md").write_text(skill.content)
+        examples = getattr(skill, "examples", None) or []
+        if examples:
+            (d / "examples").mkdir(exist_ok=True)
+            for i, example in enumerate(examples):
+                (d / "examples" / file_name(i, example)).write_text(to_file(example))
     return len(skills)

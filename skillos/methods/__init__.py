@@ -9,6 +9,7 @@
     skill1         Skill1: query, rerank, act with the top skill, utility trend, admission, retirement
     gold           one hand-written procedure per ALFWorld task type (from the expert's plans), never curated
     skillos-expert SkillOS whose curator first reads the handcoded expert's valid_train games (a cold start)
+    expert-demos   No Memory shown the handcoded expert's games of the task's type: the ceiling arm (ALFWorld)
 
 Each method's parameters are a pydantic model (`Method.Params`); `method_params` checks what a user
 gives (``--param KEY=VALUE``) before anything runs.
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 from skillos.methods.base import Method, StreamContext
 from skillos.methods.baseline import NoMemory
 from skillos.methods.curated import SkillOS
+from skillos.methods.expert_demos import ExpertDemos
 from skillos.methods.expert_seeded import ExpertSeededSkillOS
 from skillos.methods.gold import Gold
 from skillos.methods.memp import MemP
@@ -34,7 +36,7 @@ from skillos.methods.skill1 import Skill1
 from skillos.methods.skillrl import SkillRL
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (NoMemory, SkillOS, SkillRL, SAPO, Skill1, ReasoningBank, MemP,
-                                                         Gold, ExpertSeededSkillOS)}
+                                                         Gold, ExpertSeededSkillOS, ExpertDemos)}
 
 
 class MethodConfigError(ValueError):

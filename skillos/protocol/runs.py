@@ -247,6 +247,8 @@ class TaskEntry(_Row):
     repo: str | None = None
     curator_call_id: str = ""
     rollouts: int = 1          # older folders: one episode per task
+    examples: list[dict[str, Any]] = Field(default_factory=list)  # worked examples shown (id, skill, kind, actions)
+    example: dict[str, Any] | None = None   # the worked example this task's success left (id, steps, kept on)
     method_info: dict[str, Any] = Field(default_factory=dict)   # the method's own measures (free-form)
 
 

@@ -13,7 +13,14 @@ import re
 import time
 from typing import Any
 
-from skillos.protocol.curator import CurateRequest, CurateResponse, RetrievedSkill, Trajectory, TrajectoryTurn
+from skillos.protocol.curator import (
+    CurateRequest,
+    CurateResponse,
+    Outcome,
+    RetrievedSkill,
+    Trajectory,
+    TrajectoryTurn,
+)
 from skillos.protocol.executor import EpisodeRequest, EpisodeResponse, HistoryStep, JudgeRequest, SkillText
 from skillos.protocol.skillrepo import OpOrigin
 from skillos.stream.types import CuratorLike, ExecutorLike, OpRecord, StreamConfig, TaskRecord, TaskSpec
@@ -79,6 +86,20 @@ def skills_used(episode: EpisodeResponse) -> list[str]:
                 or (single and echoed_steps(answer, skill.body, episode.instruction) >= ECHO_MIN)):
             used.append(skill.name)
     return used
+
+
+def shown_examples(episode: EpisodeResponse) -> list[dict[str, Any]]:
+    """The worked examples the executor was shown, as the task record keeps them (the skill that held each; the
+    expert's demonstrations have none)."""
+    shown = set(episode.examples_shown)
+    out: list[dict[str, Any]] = []
+    for skill in episode.skills:
+        for e in skill.examples:
+            if e.id in shown and all(o["id"] != e.id for o in out):
+                out.append({"id": e.id, "skill": skill.name, "kind": e.kind, "source": e.source,
+                            "actions": e.actions()})
+    out += [{"id": i, "skill": None} for i in episode.examples_shown if all(o["id"] != i for o in out)]
+    return out
 
 
 def trajectory_of(episode: EpisodeResponse, spec: TaskSpec) -> Trajectory:
@@ -152,7 +173,9 @@ async def play_episode(executor: ExecutorLike, spec: TaskSpec, config: StreamCon
     record.task_type = episode.task_type or spec.type
     record.instruction = episode.instruction or spec.instruction
     record.tokens = episode.tokens.total
-    record.retrieved = [{"name": s.name, "version": s.version, "score": s.score} for s in episode.skills]
+    record.retrieved = [{"name": s.name, "version": s.version, "score": s.score,
+                         **({"examples": len(s.examples)} if s.examples else {})} for s in episode.skills]
+    record.examples = shown_examples(episode)
     record.used = skills_used(episode)
     record.turns = [{"observation": t.observation, "thought": t.thought, "action": t.action, "valid": t.valid}
                     for t in episode.turns]
@@ -169,16 +192,19 @@ async def verdict(executor: ExecutorLike, episode: EpisodeResponse, spec: TaskSp
 
 async def curate(position: int, spec: TaskSpec, episode: EpisodeResponse, judged: bool, config: StreamConfig,
                  curator: CuratorLike, record: TaskRecord) -> None:
-    """SkillOS's learning step: the curator reads the trajectory and edits the repo (ops applied there)."""
+    """SkillOS's learning step: the curator reads the trajectory and edits the repo (ops applied there). A won
+    episode (the environment's verdict, whatever the self-judge said) is kept as a worked example of the skills
+    the curator's ops write."""
     await curate_trajectory(position, spec, trajectory_of(episode, spec), judged, episode.skills, config, curator,
-                            record)
+                            record, outcome=Outcome(success=bool(episode.success) and not episode.error, source="env"))
 
 
 async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajectory, judged: bool,
                             skills: list[Any], config: StreamConfig, curator: CuratorLike,
-                            record: TaskRecord) -> CurateResponse | None:
+                            record: TaskRecord, outcome: Outcome | None = None) -> CurateResponse | None:
     """`curate` for any trajectory (an expert's too); ``skills``: those the agent was given, each with
-    ``name``, ``description``, ``body`` and ``version`` (the executor's `RetrievedSkill`, a repo `Skill`).
+    ``name``, ``description``, ``body`` and ``version`` (the executor's `RetrievedSkill`, a repo `Skill`), and
+    ``examples`` when they have some. ``outcome``: the verified outcome (a success leaves a worked example).
     Returns the curator's answer (None when the call failed: the record says why)."""
     start = time.perf_counter()
     response = None
@@ -187,13 +213,14 @@ async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajector
             trajectory=trajectory, self_judged_success=judged,
             # the curator's `content` is the executor's `body`: the SKILL.md body, no frontmatter
             retrieved_skills=[RetrievedSkill(name=s.name, description=s.description, content=s.body,
-                                             version=s.version) for s in skills],
+                                             version=s.version, examples=list(getattr(s, "examples", None) or []))
+                              for s in skills],
             repo=config.repo, apply=True, temperature=config.curator_temperature, seed=config.seed,
             # the same key for the HTTP retries of one call; a resumed run plays a task again under a new one
             # (the repo remembers keys: the replay of a task curated before the stop would be "replayed")
             idempotency_key=f"{config.repo}:{position}:{spec.id}" + (f":r{config.attempt}" if config.attempt else ""),
             origin=OpOrigin(source="run", run=config.run_id, seed=config.seed, position=position,
-                            task_id=spec.id[:500])))
+                            task_id=spec.id[:500]), outcome=outcome))
     except Exception as e:  # noqa: BLE001 - the stream goes on with the repo unchanged
         record.curator_error = f"{type(e).__name__}: {e}"
     else:
@@ -205,5 +232,9 @@ async def curate_trajectory(position: int, spec: TaskSpec, trajectory: Trajector
         record.ops = [OpRecord(name=c.name, skill_name=c.skill_name or (c.arguments or {}).get("skill_name"),
                                valid=c.valid,
                                applied=c.applied, reason=c.reason, version=c.skill_version) for c in response.calls]
+        if response.example is not None:
+            record.example = {"id": response.example.id, "steps": len(response.example.steps),
+                              "taken": response.example.taken, "source": response.example.source,
+                              "kept": {c.skill_name: c.example for c in response.calls if c.example}}
     record.curate_s = time.perf_counter() - start
     return response

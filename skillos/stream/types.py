@@ -110,6 +110,8 @@ class TaskRecord:
     repo: str | None = None
     curator_call_id: str = ""
     rollouts: int = 1  # episodes played for this task (SAPO plays several; the first is the one scored)
+    examples: list[dict[str, Any]] = field(default_factory=list)  # worked examples shown: id, skill, kind, actions
+    example: dict[str, Any] | None = None  # the worked example the task's success left: id, steps, taken, kept on
     method_info: dict[str, Any] = field(default_factory=dict)  # what the method did (its own measures)
 
     def to_dict(self) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def test_summary_metrics_and_plots(tmp_path):
     assert "| skillos |" in md and "| none |" in md and "usage rate" in md
     # the first paragraph says the comparison with its N, and that 3 games tell nothing
     first = md.split("\n\n")[1]
-    assert first.startswith("In short: SkillOS won 1 of 3; No Memory won 1 of 3") and "smoke test" in first
+    assert first.startswith("In short: SkillOS won 1 of 3; No Memory won 1 of 3") and "proves nothing either way" in first and "RESULTS-learning" in first
     json.dumps(summary)
     files = write_plots([sk, base], tmp_path)
     assert [f.name for f in files] == ["success_over_stream.png", "repo_size.png", "op_mix.png"]
