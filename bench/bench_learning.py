@@ -37,11 +37,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from bench.skill_echo import echo_line, pct
+from harness.report import left_example
 from harness.resume import ResumeError, load_state
 from harness.reuse import executor_code, played_with
 from harness.stats import paired
 from skillos.acting.state import needed_change, object_class, task_words
 from skillos.protocol.runs import RunFolder, RunState, RunSummary, read_json, read_tasks, to_dict
+from skillos.worked_examples.follow import follow_share
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,6 +168,34 @@ def _steps_line(method: str, records: list[dict]) -> str:
             f"{pct(sum(bool(r['success']) for r in made), len(made))} %.")
 
 
+def examples_line(method_a: str, method_b: str, pairs: list[tuple[dict, dict]]) -> str:
+    """Worked examples over the pairs: how often A was shown one, won when shown one, and how far its episodes
+    took the example's key steps in order (`skillos.worked_examples.follow`), beside the same measure of B's
+    paired episode against the same example (B was not shown it: what any episode of the task matches)."""
+    shown = [(a, b) for a, b in pairs if a.get("examples")]
+    if not shown:
+        return ""
+
+    def follow(record: dict, example: dict, level: str) -> float | None:
+        acts = [t.get("action", "") for t in record.get("turns") or [] if t.get("valid", True)]
+        return follow_share(acts, example.get("actions") or [], level)
+
+    def mean_follow(side: int, level: str) -> str:
+        vals = [f for pair in shown for e in pair[0]["examples"][:1] if (f := follow(pair[side], e, level)) is not None]
+        return f"{100 * sum(vals) / len(vals):.0f} %" if vals else "–"
+
+    left = sum(1 for a, _ in pairs if left_example(a))
+    won_a = sum(bool(a["success"]) for a, _ in shown)
+    won_b = sum(bool(b["success"]) for _, b in shown)
+    return (f"Worked examples: {method_a} was shown one in {len(shown)} of {len(pairs)} paired tasks "
+            f"({pct(len(shown), len(pairs))} %) and won {won_a} of them ({method_b} won {won_b} of the same); "
+            f"{left} of its successes left an example on a skill. The example's key steps (take, put, change, use) "
+            f"taken in order: {mean_follow(0, 'pattern')} by {method_a} vs {mean_follow(1, 'pattern')} by "
+            f"{method_b}'s paired episode against the same example (the verbs and appliances); "
+            f"{mean_follow(0, 'exact')} vs {mean_follow(1, 'exact')} step for step (objects and places, numbers "
+            "left out).")
+
+
 def _last_sizes(records: list[dict]) -> list[int]:
     """The repo size after the last task of each stream (one repo per (seed, stream))."""
     last: dict[str, tuple[int, int]] = {}
@@ -248,6 +278,16 @@ def analyze(run_dir: Path | list[Path], method_a: str = "skillos", method_b: str
     if usage:
         lines += ["", usage]
     records_b = [r for seed in seeds for r in recs[method_b][seed].values()]
+    pairs = [(recs[method_a][seed][tid], recs[method_b][seed][tid]) for seed in seeds
+             for tid in sorted(set(recs[method_a][seed]) & set(recs[method_b][seed]))]
+    shown = examples_line(method_a, method_b, pairs)
+    if shown:
+        lines += ["", shown]
+    tokens = [(a.get("tokens") or 0, b.get("tokens") or 0) for a, b in pairs]
+    if tokens and any(t for pair in tokens for t in pair):
+        lines += ["", (f"Executor tokens per task (prompt + completion, as asked; the server's cache is not "
+                      f"subtracted): {method_a} {sum(a for a, _ in tokens) / len(tokens):,.0f}, "
+                      f"{method_b} {sum(b for _, b in tokens) / len(tokens):,.0f}.")]
     if env == "alfworld":   # over the pairs only, both arms alike
         paired_ids = {seed: set(recs[method_a][seed]) & set(recs[method_b][seed]) for seed in seeds}
         lines += [""] + [_steps_line(m, [r for seed in seeds for tid, r in recs[m][seed].items()
