@@ -27,8 +27,9 @@ def summary(path: Path) -> str:
 
 
 # where a benchmark's results are written up when the file is not RESULTS-<name>.md
-RESULTS_ELSEWHERE = {"acting": "learning", "chaos": "reliability", "constrained": "trainer", "grammar": "executor",
-                     "lora_update": "trainer", "served_policy": "trainer", "weight_sync": "weight-sync"}
+RESULTS_ELSEWHERE = {"acting": "learning", "chaos": "reliability", "constrained": "trainer",
+                     "gateway_examples": "learning", "grammar": "executor", "lora_update": "trainer",
+                     "served_policy": "trainer", "turns": "learning", "weight_sync": "weight-sync"}
 
 
 def results_of(name: str) -> str:

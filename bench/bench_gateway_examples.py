@@ -10,7 +10,7 @@ The agent is `examples/openai_agent.py` as a user runs it (the openai SDK, the g
 outcome reported at the end), learning into a repo of its own (``SKILLOS_REPO``). Between two games the
 bench waits until the gateway has curated the last one, so each game sees what the earlier ones left.
 It writes ``games.jsonl`` (per game: won, calls, the skills and worked examples served, what the curation
-did with the example) and ``summary.md`` with the stream's table; a second start plays on from the games
+did with the example) and ``stream.md`` with the stream's table; a second start plays on from the games
 already in ``games.jsonl``.
 """
 
@@ -108,7 +108,7 @@ def main() -> None:
         f"`{s['name']}` ({len(s.get('examples') or [])} examples: "
         + ", ".join(f"{e['kind'] or e['env']} from {e['source']}" for e in s.get("examples") or []) + ")"
         for s in skills) + "\n"
-    (args.out / "summary.md").write_text(text)
+    (args.out / "stream.md").write_text(text)
     print(text)
 
 

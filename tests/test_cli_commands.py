@@ -79,5 +79,6 @@ def test_methods_lists_every_method_with_its_parameters():
     out = subprocess.run([sys.executable, "-m", "skillos.cli", "methods"], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, check=True).stdout
     names = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
-    assert names == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp", "gold", "skillos-expert"]
+    assert names == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp", "gold", "skillos-expert",
+                     "expert-demos"]
     assert "    alpha = 0.05" in out and "    top_fraction = 0.2" in out

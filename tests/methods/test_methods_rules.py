@@ -19,8 +19,8 @@ from skillos.protocol.executor import EpisodeResponse, Timing, TokenCount, Turn
 
 def test_all_methods_are_registered():
     assert list(METHODS) == ["none", "skillos", "skillrl", "sapo", "skill1", "reasoningbank", "memp", "gold",
-                             "skillos-expert"]
-    assert [m for m, c in METHODS.items() if not c.uses_repo] == ["none"]
+                             "skillos-expert", "expert-demos"]
+    assert [m for m, c in METHODS.items() if not c.uses_repo] == ["none", "expert-demos"]
     assert [m for m, c in METHODS.items() if c.uses_curator] == ["skillos", "skillos-expert"]
 
 
