@@ -1,8 +1,8 @@
 """Bearer-token auth shared by the services.
 
 Tokens are configured as ``token:scope[:repo-prefix]`` entries, comma-separated (SKILLOS_AUTH_TOKENS),
-scope ``read`` (GET only) or ``rw`` (read and write); with a prefix the token only reaches repos whose
-name starts with it. No or an unknown token: 401. A known token used beyond its scope or prefix: 403.
+scope ``read`` (GET only) or ``rw`` (read and write); with a prefix the token only reaches the repos the
+prefix names as a whole word (`prefix_reaches`: ``acme`` reaches ``acme`` and ``acme-dev``, never ``acmecorp``). No or an unknown token: 401. A known token used beyond its scope or prefix: 403.
 Mode ``open`` (the embedded default) lets every request through; deployment configs set ``tokens``.
 
 The same tokens (SKILLOS_AUTH_MODE, SKILLOS_AUTH_TOKENS, `skillos.settings.InboundAuthSettings`) guard every
@@ -23,6 +23,19 @@ from fastapi.security import HTTPBearer
 from skillos.errors import APIError
 
 SCOPES = ("read", "rw")
+# where a repo name's words part (REPO_NAME_PATTERN allows these three besides letters and digits)
+NAME_SEPARATORS = ".-_"
+
+
+def prefix_reaches(prefix: str | None, name: str) -> bool:
+    """Whether a grant's prefix reaches a repo (or run) named ``name``: the name is the prefix, or goes on after
+    it with a separator. A bare ``startswith`` let ``acme`` reach ``acmecorp``, another tenant's repos. A
+    prefix that ends with a separator (``acme-``) reaches every name that starts with it."""
+    if prefix is None:
+        return True
+    if not name.startswith(prefix):
+        return False
+    return len(name) == len(prefix) or prefix[-1] in NAME_SEPARATORS or name[len(prefix)] in NAME_SEPARATORS
 
 
 @dataclass(frozen=True)
@@ -32,14 +45,22 @@ class Grant:
     token_label: str = "open"
 
     def allows_repo(self, repo: str) -> bool:
-        return self.prefix is None or repo.startswith(self.prefix)
+        return prefix_reaches(self.prefix, repo)
 
     def require(self, repo: str | None = None, *, write: bool = False) -> None:
         if write and self.scope != "rw":
             raise APIError(403, "forbidden", "this token is read-only: use a token with the 'rw' scope to write")
         if repo is not None and not self.allows_repo(repo):
-            raise APIError(403, "forbidden", f"this token only reaches repos starting with {self.prefix!r}, "
-                                             f"not {repo!r}")
+            raise APIError(403, "forbidden", f"this token only reaches {self.reach()}, not {repo!r}")
+
+    def reach(self) -> str:
+        """The repos this grant reaches, in words (for its 403s)."""
+        if self.prefix is None:
+            return "every repo"
+        if self.prefix[-1] in NAME_SEPARATORS:
+            return f"repos starting with {self.prefix!r}"
+        return f"the repo {self.prefix!r} and repos starting with " + ", ".join(
+            repr(self.prefix + sep) for sep in NAME_SEPARATORS)
 
 
 OPEN = Grant("rw", None, "open")

@@ -18,6 +18,7 @@ from services.console.render import diff_lines, skill_view
 from services.console.runs import Filters, RunInfo, RunNotFound, RunStore, TaskRow
 from services.console.sessions import Session, SessionStore
 from services.console.settings import ConsoleSettings
+from skillos.auth import prefix_reaches
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.protocol.runs import (
     STREAM_PLOTS,
@@ -143,9 +144,10 @@ class ConsoleService:
         session.scope, session.prefix, session.checked = me.scope, me.prefix, time.monotonic()
 
     def visible(self, session: Session, info: RunInfo) -> bool:
-        """A token limited to a repo prefix sees the runs whose folder or run id starts with it."""
+        """A token limited to a repo prefix sees the runs whose folder or run id the prefix reaches as a repo
+        name (`skillos.auth.prefix_reaches`)."""
         p = session.prefix
-        return p is None or info.id.startswith(p) or bool(info.run_id and info.run_id.startswith(p))
+        return prefix_reaches(p, info.id) or bool(info.run_id and prefix_reaches(p, info.run_id))
 
     # --- repos -----------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from services.skillrepo.store import (
     VersionRow,
     blob_of,
 )
+from skillos.auth import prefix_reaches
 from skillos.db import database_errors, make_engine
 from skillos.errors import APIError
 from skillos.logging import get_logger
@@ -297,7 +298,8 @@ class SkillRepoService:
 
     @_answers_api_errors
     def list_repos(self, prefix: str | None = None) -> list[Repo]:
-        return [repo_out(r) for r in self.store.list_repos(prefix)]
+        # the store narrows by the bare prefix (an index range); a grant reaches only whole words of it
+        return [repo_out(r) for r in self.store.list_repos(prefix) if prefix_reaches(prefix, r.name)]
 
     @_answers_api_errors
     def get_repo(self, name: str) -> Repo:

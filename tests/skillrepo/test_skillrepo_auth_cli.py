@@ -11,7 +11,7 @@ import httpx
 import pytest
 from conftest import ROOT, run_service
 
-from skillos.auth import Authenticator
+from skillos.auth import Authenticator, prefix_reaches
 from skillos.clients.skillrepo import SkillRepoClient, SkillRepoError
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def test_token_parsing_refuses_bad_entries():
 
 def test_tokens_scopes_and_prefixes(tmp_path):
     env = {"SKILLOS_DATABASE_URL": f"sqlite:///{tmp_path}/auth.db", "SKILLOS_AUTH_MODE": "tokens",
-           "SKILLOS_AUTH_TOKENS": "admin-t:rw,reader-t:read,train-t:rw:train-"}
+           "SKILLOS_AUTH_TOKENS": "admin-t:rw,reader-t:read,train-t:rw:train-,acme-t:rw:acme"}
     with run_service(["skillrepo"], env=env, tmp_path=tmp_path) as svc:
         u = f"{svc.url}/v1/repos"
         assert httpx.get(u).status_code == 401
@@ -53,6 +53,25 @@ def test_tokens_scopes_and_prefixes(tmp_path):
         trainer.put_skill("train-1", {"name": "t", "description": "d"})
         assert [r.name for r in trainer.list_repos()] == ["train-1"]
         assert sorted(r.name for r in admin.list_repos()) == ["prod", "train-1"]
+        # a prefix without a separator at its end reaches its own words only: not another tenant's "acmecorp"
+        acme = SkillRepoClient(svc.url, token="acme-t")
+        admin.create_repo("acmecorp")
+        for name in ("acme", "acme-dev", "acme.eu"):
+            acme.create_repo(name)
+        with pytest.raises(SkillRepoError) as e:
+            acme.get_repo("acmecorp")
+        assert e.value.status == 403 and "'acme-'" in e.value.message
+        with pytest.raises(SkillRepoError) as e:
+            acme.create_repo("acmeX")
+        assert e.value.status == 403
+        assert [r.name for r in acme.list_repos()] == ["acme", "acme-dev", "acme.eu"]
+
+
+def test_a_prefix_reaches_whole_words_of_a_name():
+    assert prefix_reaches(None, "anything")
+    assert prefix_reaches("acme", "acme") and prefix_reaches("acme", "acme_x") and prefix_reaches("acme", "acme.x")
+    assert not prefix_reaches("acme", "acmecorp") and not prefix_reaches("acme", "acm")
+    assert prefix_reaches("team-", "team-a") and not prefix_reaches("team-", "team")
 
 
 def test_oversized_request_refused_before_reading(tmp_path):
