@@ -43,6 +43,13 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     gateway_k: int = Field(3, ge=0, le=50)
     # model names clients may ask for, comma-separated; empty: the executor LLM's model name
     gateway_models: str = ""
+    # what of a caller's request reaches the backend (`services.executor.gateway.chat.policy`): choices and
+    # tokens an answer may ask for, inline images and audio (never a URL the backend would fetch), and fields
+    # forwarded beside OpenAI's and the backends' sampling options (comma-separated)
+    gateway_max_n: int = Field(1, ge=1, le=16)
+    gateway_max_tokens: int = Field(4096, ge=1)
+    gateway_allow_media: bool = False
+    gateway_extra_fields: str = ""
     # what one trajectory keeps: calls beyond either bound are still answered, not recorded
     gateway_max_calls: int = Field(256, ge=1)
     gateway_max_trajectory_bytes: int = Field(2 * 1024 * 1024, ge=1024)

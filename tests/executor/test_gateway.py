@@ -208,6 +208,38 @@ def test_malformed_requests_are_400_openai_errors(gateway, model, body, param):
     assert err["type"] == "invalid_request_error" and err["param"].startswith(param)
 
 
+@pytest.mark.parametrize("extra, param", [
+    ({"chat_template": "{{ 7*7 }}"}, "chat_template"),             # the caller's Jinja on the backend
+    ({"prompt_logprobs": 20}, "prompt_logprobs"),
+    ({"n": 8}, "n"),
+    ({"max_tokens": 10**6}, "max_tokens"),
+    ({"max_completion_tokens": 0}, "max_completion_tokens"),
+    ({"top_logprobs": 50, "logprobs": True}, "top_logprobs"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this"},
+        {"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest/meta-data/"}}]}]},
+     "messages[0].content[1]"),                                      # the backend would fetch it: an SSRF
+    ({"messages": [{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "http://x/a"}}]}]},
+     "messages[0].content[0]"),
+])
+def test_the_gateway_forwards_only_what_its_policy_allows(gateway, model, extra, param):
+    """Issue 51: fields outside OpenAI's and the sampling options, more choices or tokens than the operator
+    allows, and content parts that make a backend fetch a URL are refused before any backend call."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = openai_error_of(r)
+    assert err["code"] == "unsupported_parameter" and err["param"] == param, err
+    assert "X-SkillOS-Trajectory" not in r.headers
+
+
+def test_backend_sampling_options_and_text_parts_pass(client, model):
+    completion = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": [{"type": "text", "text": "say hi"}]}],
+        extra_body={"top_k": 20, "min_p": 0.05}, **SMALL)
+    assert completion.choices[0].message is not None
+
+
 def test_bad_json_unknown_trajectory_oversized_body(gateway, model, client):
     r = httpx.post(f"{gateway.url}/v1/chat/completions", content=b'{"model": ', timeout=30,
                    headers={"Content-Type": "application/json"})

@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from services.executor.admission import Admission
 from services.executor.gateway.chat.api_router import router as chat_router
+from services.executor.gateway.chat.policy import RequestPolicy, parse_fields
 from services.executor.gateway.chat.serving import ChatGateway
 from services.executor.gateway.errors import OpenAIErrors
 from services.executor.gateway.models.api_router import router as models_router
@@ -55,7 +56,10 @@ class Gateway:
         self.chat = ChatGateway(llm=llm, store=self.store, skillrepo_url=settings.skillrepo_url, token=token,
                                 default_repo=settings.gateway_default_repo, k=settings.gateway_k, models=names,
                                 admission=admission, examples=settings.executor_examples,
-                                examples_chars=settings.executor_examples_chars)
+                                examples_chars=settings.executor_examples_chars,
+                                policy=RequestPolicy(settings.gateway_max_n, settings.gateway_max_tokens,
+                                                     settings.gateway_allow_media,
+                                                     parse_fields(settings.gateway_extra_fields)))
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,

@@ -1,7 +1,8 @@
 """Wire schema of `POST /v1/chat/completions`: OpenAI's chat request, checked only as far as the gateway
-reads it (the model, the messages' roles and contents). Every other field (``tools``, ``tool_choice``,
-``response_format``, sampling, ``stream_options``, a vendor's extras) and every other key of a message
-(``tool_calls``, ``tool_call_id``, ``name``) goes to the backend exactly as the client sent it.
+reads it (the model, the messages' roles and contents). The other fields (``tools``, ``tool_choice``,
+``response_format``, sampling, ``stream_options``, a backend's sampling extras) and every other key of a
+message (``tool_calls``, ``tool_call_id``, ``name``) go to the backend exactly as the client sent them, once
+`services.executor.gateway.chat.policy` has let them through.
 """
 
 from __future__ import annotations

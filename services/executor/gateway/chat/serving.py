@@ -9,7 +9,8 @@
    (`skillos.acting.prompt.skills_block`), after the client's own leading system messages, with the best
    of their worked examples for the task (`skillos.worked_examples.select`) before them.
 3. The request goes to the executor's LLM backend as the client wrote it (``tools``, ``tool_calls``,
-   sampling, ``stream_options``, everything), the model name mapped to the backend's; the answer comes
+   sampling, ``stream_options``), the model name mapped to the backend's, once `RequestPolicy` has
+   checked it (fields, choices, tokens, no URL for the backend to fetch: 400 otherwise); the answer comes
    back as the backend wrote it, streamed chunk by chunk as it arrives when ``stream`` is true.
 4. The call is recorded in the trajectory (`TrajectoryStore.record`): the messages new since its last
    call, the answer's message, the usage.
@@ -33,6 +34,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import Counter, Histogram
 
 from services.executor.admission import Admission, Overloaded, Turn
+from services.executor.gateway.chat.policy import RequestPolicy
 from services.executor.gateway.chat.protocol import (
     REPO_HEADER,
     SKILLS_HEADER,
@@ -151,8 +153,9 @@ class _Accumulated:
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
-                 examples_chars: int = 1600):
+                 examples_chars: int = 1600, policy: RequestPolicy | None = None):
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
+        self.policy = policy or RequestPolicy()
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
@@ -257,6 +260,7 @@ class ChatGateway:
         start = time.perf_counter()   # the overhead counts the skill search and the store, the costly part
         self.check_model(req.model)
         sent = req.as_sent()
+        self.policy.check(sent)
         messages = sent["messages"]
         # the turn first: a call refused for overload searches nothing and leaves no empty trajectory behind
         turn = await self._turn(req.stream)
