@@ -46,6 +46,7 @@ from services.executor.gateway.chat.protocol import (
 from services.executor.gateway.errors import gateway_error, openai_error
 from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
 from skillos.acting.prompt import skills_block
+from skillos.auth import OPEN as OPEN_GRANT
 from skillos.auth import Grant
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMSettings
@@ -150,12 +151,33 @@ class _Accumulated:
         return out
 
 
+class TokenTurn:
+    """A turn that also gives its token's share back when it is left (once, however often)."""
+
+    def __init__(self, turn: Turn, release):
+        self._turn, self._release = turn, release
+
+    @property
+    def held(self) -> bool:
+        return self._turn.held
+
+    def leave(self) -> None:
+        self._turn.leave()
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
-                 examples_chars: int = 1600, policy: RequestPolicy | None = None):
+                 examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_token: int = 0):
+        """``max_calls_per_token``: the calls one token may have waiting or at the backend (0: no bound;
+        open mode's callers share one label and are not bounded), so that no caller holds every turn."""
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.policy = policy or RequestPolicy()
+        self.max_calls_per_token = max_calls_per_token
+        self._per_token: dict[str, int] = {}
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
@@ -263,7 +285,7 @@ class ChatGateway:
         self.policy.check(sent)
         messages = sent["messages"]
         # the turn first: a call refused for overload searches nothing and leaves no empty trajectory behind
-        turn = await self._turn(req.stream)
+        turn = await self._turn(req.stream, grant)
         try:
             row = await self.trajectory(headers, messages, req.model, grant)
         except BaseException:
@@ -299,13 +321,37 @@ class ChatGateway:
         OVERHEAD.observe(max(0.0, time.perf_counter() - start - backend_s))
         return JSONResponse(data, headers=answer_headers)
 
-    async def _turn(self, stream: bool) -> Turn:
-        """A turn at the backend (`services.executor.admission`), or 429 overloaded with Retry-After."""
+    async def _turn(self, stream: bool, grant: Grant) -> Turn | TokenTurn:
+        """A turn at the backend (`services.executor.admission`), or 429 with Retry-After: ``overloaded``,
+        or ``too_many_requests`` when the caller's token already has its share of calls."""
+        label = grant.token_label
+        bounded = self.max_calls_per_token > 0 and label != OPEN_GRANT.token_label
+        if bounded:
+            held = self._per_token.get(label, 0)
+            if held >= self.max_calls_per_token:
+                CALLS.labels(str(stream).lower(), "429").inc()
+                raise gateway_error(429, "too_many_requests",
+                                    f"this token has {held} calls waiting or at the backend, the most one token "
+                                    "may (SKILLOS_GATEWAY_MAX_CALLS_PER_TOKEN): send the next when one has ended",
+                                    headers={"Retry-After": "1"})
+            self._per_token[label] = held + 1
         try:
-            return await self.admission.enter("chat")
-        except Overloaded as e:
-            CALLS.labels(str(stream).lower(), "429").inc()
-            raise e.api_error() from None
+            turn = await self.admission.enter("chat")
+        except BaseException as e:
+            if bounded:
+                self._release(label)
+            if isinstance(e, Overloaded):
+                CALLS.labels(str(stream).lower(), "429").inc()
+                raise e.api_error() from None
+            raise
+        return TokenTurn(turn, lambda: self._release(label)) if bounded else turn
+
+    def _release(self, label: str) -> None:
+        left = self._per_token.get(label, 0) - 1
+        if left > 0:
+            self._per_token[label] = left
+        else:
+            self._per_token.pop(label, None)
 
     def _backend_error(self, resp: httpx.Response, stream: str):
         CALLS.labels(stream, str(resp.status_code)).inc()
@@ -318,7 +364,7 @@ class ChatGateway:
         return gateway_error(502, "llm_unavailable", message)
 
     async def _stream(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
-                      answer_headers: dict[str, str], turn: Turn) -> StreamingResponse:
+                      answer_headers: dict[str, str], turn: Turn | TokenTurn) -> StreamingResponse:
         """``turn``: this call's admission, given back when the stream ends, fails before it starts, or is
         dropped unread (a client gone before its first byte: the generator's own ``finally`` never runs)."""
         try:
