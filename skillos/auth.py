@@ -13,6 +13,7 @@ asks it for the repo it touches (`Grant.require`).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import Annotated
@@ -43,6 +44,14 @@ class Grant:
     scope: str                  # "read" or "rw"
     prefix: str | None = None   # repos this grant reaches (None: all)
     token_label: str = "open"
+    # who the caller is, stably (a digest of its token; labels follow the tokens' order in the setting): what a
+    # gateway trajectory records as its owner. Open mode's callers are all "open".
+    caller_id: str = "open"
+
+    @property
+    def operator(self) -> bool:
+        """An rw token without a prefix: it reaches everything, as the services' own token does."""
+        return self.scope == "rw" and self.prefix is None
 
     def allows_repo(self, repo: str) -> bool:
         return prefix_reaches(self.prefix, repo)
@@ -66,6 +75,11 @@ class Grant:
 OPEN = Grant("rw", None, "open")
 
 
+def caller_id(token: str) -> str:
+    """A stable name for a token that does not give it away (kept in the gateway's database)."""
+    return "tok-" + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
 def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
     grants = []
     for i, entry in enumerate(p.strip() for p in spec.split(",")):
@@ -75,7 +89,7 @@ def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
         if len(parts) not in (2, 3) or not parts[0] or parts[1] not in SCOPES:
             raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix]'")
         grants.append((parts[0], Grant(parts[1], parts[2] if len(parts) == 3 and parts[2] else None,
-                                       f"token#{i + 1}")))
+                                       f"token#{i + 1}", caller_id(parts[0]))))
     return grants
 
 

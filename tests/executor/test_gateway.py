@@ -424,7 +424,7 @@ def test_the_openai_sdk_example_agent_plays_alfworld_through_the_gateway(gateway
 
 # ------------------------------------------------------------------ tokens: who may reach which repo
 
-TOKENS = "svc-token:rw,reader-token:read,team-token:rw:team-"
+TOKENS = "svc-token:rw,reader-token:read,team-token:rw:team-,team2-token:rw:team-"
 
 
 def _bearer(token: str | None) -> dict[str, str]:
@@ -495,6 +495,24 @@ def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embe
             with pytest.raises(openai.PermissionDeniedError):
                 team.chat.completions.create(model=model, messages=msgs, **SMALL,
                                              extra_headers={"X-SkillOS-Trajectory": reader_tid})
+            # the same repo, another caller: a token that reaches team-a but did not open the trajectory neither
+            # reads its transcript, nor appends to it, nor reports its outcome; an operator's token (rw, no
+            # prefix) reads it and does neither of the others
+            team2 = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="team2-token", max_retries=0, timeout=600)
+            for token, method, path, status in [
+                    ("team2-token", "GET", f"{team_tid}?calls=true", 403), ("team2-token", "GET", team_tid, 403),
+                    ("team2-token", "POST", f"{team_tid}/outcome", 403), ("svc-token", "POST", f"{team_tid}/outcome", 403),
+                    ("svc-token", "GET", f"{team_tid}?calls=true", 200)]:
+                r = httpx.request(method, f"{gw.url}/v1/trajectories/{path}", headers=_bearer(token), timeout=30,
+                                  json={"success": True} if method == "POST" else None)
+                assert r.status_code == status, (token, path, r.text)
+                if status == 403:
+                    assert "another token" in openai_error_of(r)["message"]
+            assert r.json()["recorded"][0]["messages"][0]["content"].startswith("Your task is to")
+            with pytest.raises(openai.PermissionDeniedError) as e:
+                team2.chat.completions.create(model=model, messages=msgs, **SMALL,
+                                              extra_headers={"X-SkillOS-Trajectory": team_tid})
+            assert "another token" in e.value.message
             # a read token plays, but its outcome would have the curator write: 403; rw on the repo: 202
             for token, tid, status in [("reader-token", reader_tid, 403), ("team-token", reader_tid, 403),
                                        ("team-token", team_tid, 202)]:

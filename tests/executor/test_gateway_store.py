@@ -162,7 +162,7 @@ def test_the_tables_are_made_by_migrations_that_match_the_code(store_url):
     store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
     store.create("m1", "default", "heat a mug", "m", SKILLS)
     store.close()
-    assert _version(store_url) == "0001"
+    assert _version(store_url) == "0002"
     assert _schema_diff(store_url) == []
     again = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)   # a restart: nothing to do, data kept
     assert again.get("m1").task == "heat a mug"
@@ -172,21 +172,46 @@ def test_the_tables_are_made_by_migrations_that_match_the_code(store_url):
 def test_a_database_made_before_migrations_is_adopted_with_its_trajectories(store_url):
     """An older gateway made the tables with create_all and no version table: the first start with migrations
     stamps them (same schema as revision 0001) instead of failing to create them again."""
-    from sqlalchemy import create_engine, insert
+    from sqlalchemy import create_engine, text
 
-    from services.executor.gateway.trajectories.tables import metadata, trajectories
+    from services.executor.gateway.trajectories.tables import metadata
 
     engine = create_engine(store_url)
     with engine.begin() as conn:
         metadata.create_all(conn)
-        conn.execute(insert(trajectories).values(
-            id="old", repo="default", task="cool a pan", model="m", skills="[]", status="open", created_at=1.0,
-            updated_at=1.0, calls=0, bytes=0, seen_messages=0, truncated=False))
+        conn.execute(text("ALTER TABLE gateway_trajectories DROP COLUMN owner"))   # revision 0001's schema
+        conn.execute(text("INSERT INTO gateway_trajectories (id, repo, task, model, skills, status, created_at, "
+                          "updated_at, calls, bytes, seen_messages, truncated) VALUES ('old', 'default', "
+                          "'cool a pan', 'm', '[]', 'open', 1.0, 1.0, 0, 0, 0, false)"))
     engine.dispose()
     store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
-    assert store.get("old").task == "cool a pan"
+    old = store.get("old")
+    assert old.task == "cool a pan" and old.owner is None   # upgraded: opened before owners were kept
     store.close()
-    assert _version(store_url) == "0001"
+    assert _version(store_url) == "0002"
+    assert _schema_diff(store_url) == []
+
+
+def test_only_the_caller_who_opened_a_trajectory_uses_it():
+    from services.executor.gateway.trajectories.owner import require_owner
+    from services.executor.gateway.trajectories.store import TrajectoryRow
+    from skillos.auth import Authenticator
+    from skillos.errors import APIError
+
+    auth = Authenticator("tokens", "ops:rw,alice:rw:team-,bob:rw:team-,carol:read")
+    ops, alice, bob, carol = (auth.authenticate(f"Bearer {t}") for t in ("ops", "alice", "bob", "carol"))
+    assert len({ops.caller_id, alice.caller_id, bob.caller_id, carol.caller_id}) == 4
+    assert "alice" not in alice.caller_id and ops.operator and not alice.operator and not carol.operator
+    row = TrajectoryRow(id="t", repo="team-a", task="x", model="m", skills=[], status="open", created_at=0,
+                        updated_at=0, owner=alice.caller_id)
+    require_owner(row, alice, read=False, param="p")
+    require_owner(row, ops, read=True, param="p")
+    for grant, read in ((bob, True), (bob, False), (ops, False), (carol, True)):
+        with pytest.raises(APIError) as e:
+            require_owner(row, grant, read=read, param="p")
+        assert e.value.status == 403 and "another token" in e.value.message
+    row.owner = None   # opened before owners were kept: any token that reaches the repo, as before
+    require_owner(row, bob, read=False, param="p")
 
 
 

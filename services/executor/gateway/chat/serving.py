@@ -44,6 +44,7 @@ from services.executor.gateway.chat.protocol import (
     task_of,
 )
 from services.executor.gateway.errors import gateway_error, openai_error
+from services.executor.gateway.trajectories.owner import require_owner
 from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
 from skillos.acting.prompt import skills_block
 from skillos.auth import OPEN as OPEN_GRANT
@@ -233,6 +234,7 @@ class ChatGateway:
             if row is None:
                 raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param=TRAJECTORY_HEADER)
             grant.require(row.repo)
+            require_owner(row, grant, read=False, param=TRAJECTORY_HEADER)
             if row.status != OPEN:
                 raise gateway_error(409, "trajectory_not_open",
                                     f"trajectory {tid!r} is {row.status}: start a new one (send no "
@@ -249,10 +251,10 @@ class ChatGateway:
                                                 "header: nothing to find skills for", param="messages")
         skills = await self._skills(repo, task, grant)
         tid = "trj-" + uuid.uuid4().hex
-        await asyncio.to_thread(self.store.create, tid, repo, task, model, skills)
+        await asyncio.to_thread(self.store.create, tid, repo, task, model, skills, grant.caller_id)
         now = time.time()
         return TrajectoryRow(id=tid, repo=repo, task=task, model=model, skills=skills, status=OPEN,
-                             created_at=now, updated_at=now)
+                             created_at=now, updated_at=now, owner=grant.caller_id)
 
     def _record_later(self, row: TrajectoryRow, messages: list[dict[str, Any]], answer: dict[str, Any],
                       usage: dict[str, Any] | None) -> None:

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from services.executor.gateway.chat.serving import served_examples
 from services.executor.gateway.errors import gateway_error
+from services.executor.gateway.trajectories.owner import require_owner
 from services.executor.gateway.trajectories.protocol import (
     OutcomeRequest,
     OutcomeResponse,
@@ -220,11 +221,13 @@ class Trajectories:
 
     # ------------------------------------------------------------------ routes
     async def _row(self, tid: str, grant: Grant, *, write: bool, with_calls: bool = False) -> TrajectoryRow:
-        """The trajectory, if the caller's token reaches its repo (rw to write: an outcome curates it)."""
+        """The trajectory, if the caller's token reaches its repo (rw to write: an outcome curates it) and
+        is the one that opened it (`owner.require_owner`)."""
         row = await self._db(self.store.get, tid, with_calls)
         if row is None:
             raise gateway_error(404, "trajectory_not_found", f"no trajectory {tid!r}", param="trajectory_id")
         grant.require(row.repo, write=write)
+        require_owner(row, grant, read=not write, param="trajectory_id")
         return row
 
     async def get(self, tid: str, with_calls: bool, grant: Grant) -> TrajectoryInfo:

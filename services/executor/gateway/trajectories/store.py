@@ -59,6 +59,7 @@ class TrajectoryRow:
     truncated: bool = False
     outcome: dict[str, Any] | None = None
     curation: dict[str, Any] | None = None
+    owner: str | None = None   # the caller who opened it (`skillos.auth.Grant.caller_id`)
     recorded: list[dict[str, Any]] = field(default_factory=list)  # the calls, when asked for
 
 
@@ -70,7 +71,7 @@ def _row(r) -> TrajectoryRow:
     return TrajectoryRow(id=r.id, repo=r.repo, task=r.task, model=r.model, skills=json.loads(r.skills),
                          status=r.status, created_at=r.created_at, updated_at=r.updated_at, calls=r.calls,
                          bytes=r.bytes, seen_messages=r.seen_messages, truncated=bool(r.truncated),
-                         outcome=_loads(r.outcome), curation=_loads(r.curation))
+                         outcome=_loads(r.outcome), curation=_loads(r.curation), owner=r.owner)
 
 
 def _upgrade(conn: Connection) -> None:
@@ -140,12 +141,13 @@ class TrajectoryStore:
         if self._engine is not None:
             self._engine.dispose()
 
-    def create(self, tid: str, repo: str, task: str, model: str, skills: list[dict[str, Any]]) -> None:
+    def create(self, tid: str, repo: str, task: str, model: str, skills: list[dict[str, Any]],
+               owner: str | None = None) -> None:
         now = time.time()
         with self.engine.begin() as c:
             c.execute(insert(trajectories).values(
                 id=tid, repo=repo, task=task, model=model, skills=json.dumps(skills), status=OPEN,
-                created_at=now, updated_at=now, calls=0, bytes=0, seen_messages=0, truncated=False))
+                created_at=now, updated_at=now, calls=0, bytes=0, seen_messages=0, truncated=False, owner=owner))
 
     def get(self, tid: str, with_calls: bool = False) -> TrajectoryRow | None:
         with self.engine.connect() as c:
