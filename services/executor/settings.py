@@ -58,6 +58,8 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     gateway_max_trajectory_bytes: int = Field(2 * 1024 * 1024, ge=1024)
     # an open trajectory with no call for this long expires without curation
     gateway_trajectory_ttl_s: float = Field(3600.0, gt=0)
+    # an ended trajectory (curated, failed, expired) and its calls are deleted this long after it ended (0: kept)
+    gateway_retention_s: float = Field(7 * 86400.0, ge=0)
     gateway_sweep_interval_s: float = Field(30.0, gt=0)
     # an idle trajectory judged by the executor's own model (the paper's self-judge) and curated with that
     # outcome, instead of expiring uncurated; off: only what an agent reports is learned from

@@ -240,6 +240,25 @@ def test_backend_sampling_options_and_text_parts_pass(client, model):
     assert completion.choices[0].message is not None
 
 
+def test_a_first_call_the_backend_cannot_answer_leaves_no_trajectory(pg_server_url, skillrepo, curator, tmp_path):
+    """Issue 51: the trajectory is written before the backend call; when that first call gets no answer the row
+    (the caller's whole first message) is deleted, not kept until the TTL and after."""
+    from sqlalchemy import create_engine, text
+
+    from skillos.net import free_port
+
+    with pg_database(pg_server_url) as db, \
+            gateway_on(f"http://127.0.0.1:{free_port()}/v1", db, skillrepo, curator, tmp_path) as gw:
+        model = httpx.get(f"{gw.url}/v1/models", timeout=30).json()["data"][0]["id"]
+        r = httpx.post(f"{gw.url}/v1/chat/completions", timeout=60, json={
+            "model": model, "messages": [{"role": "user", "content": f"Your task is to: {TASK}. " + "x" * 50_000}]})
+        assert r.status_code == 502 and openai_error_of(r)["code"] == "llm_unavailable", r.text
+        engine = create_engine(db)
+        with engine.connect() as c:
+            assert c.execute(text("SELECT count(*) FROM gateway_trajectories")).scalar() == 0
+        engine.dispose()
+
+
 def test_bad_json_unknown_trajectory_oversized_body(gateway, model, client):
     r = httpx.post(f"{gateway.url}/v1/chat/completions", content=b'{"model": ', timeout=30,
                    headers={"Content-Type": "application/json"})

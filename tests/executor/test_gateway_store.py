@@ -262,3 +262,33 @@ def test_an_overloaded_judge_defers_idle_trajectories_to_the_next_sweep(tmp_path
 
     asyncio.run(go())
     store.close()
+
+
+def test_what_a_trajectory_keeps_is_bounded_and_goes_in_time(store_url):
+    """Issue 51: the task and skills count toward the byte bound, the task is cut, a trajectory whose first call
+    went unanswered is deleted, and ended ones are deleted after the retention, with their calls."""
+    from services.executor.gateway.trajectories.store import MAX_TASK_CHARS
+
+    store = TrajectoryStore(store_url, max_calls=10, max_bytes=20_000)
+    store.create("huge", "r", "y" * 100_000, "m", SKILLS)
+    row = store.get("huge")
+    assert len(row.task) == MAX_TASK_CHARS and row.bytes > MAX_TASK_CHARS
+    store.create("skilled", "r", "t", "m", [{"name": "s", "description": "d", "body": "z" * 19_000}])
+    assert not store.record("skilled", [{"role": "user", "content": "w" * 2000}], 1, {"content": "ok"}, None)
+    assert store.get("skilled").truncated
+
+    assert store.discard_unused("huge") and store.get("huge") is None
+    store.record("skilled", [{"role": "user", "content": "go"}], 1, {"content": "ok"}, None)
+    store.create("used", "r", "t", "m", [])
+    assert store.record("used", [{"role": "user", "content": "go"}], 1, {"content": "ok"}, None)
+    assert not store.discard_unused("used")          # a recorded call: it is kept
+
+    for tid in ("used", "skilled"):
+        store.close_with(tid, {"success": True})
+    claimed = store.claim("used", 60)
+    store.finish("used", "curated", {"ops": []}, claimed)
+    assert store.purge(3600) == 0                     # ended just now
+    time.sleep(0.05)
+    assert store.purge(0.01) == 1                     # "skilled" is closed (awaiting its curation): kept
+    assert store.get("used") is None and store.get("skilled").status == "closed"
+    store.close()

@@ -66,7 +66,7 @@ class Gateway:
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
             curator_retries=settings.gateway_curator_retries,
             judge=judge if settings.gateway_judge_expired else None, examples=settings.executor_examples,
-            examples_chars=settings.executor_examples_chars)
+            examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s)
 
     def attach(self, app: FastAPI) -> None:
         app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories

@@ -13,7 +13,8 @@
    checked it (fields, choices, tokens, no URL for the backend to fetch: 400 otherwise); the answer comes
    back as the backend wrote it, streamed chunk by chunk as it arrives when ``stream`` is true.
 4. The call is recorded in the trajectory (`TrajectoryStore.record`): the messages new since its last
-   call, the answer's message, the usage.
+   call, the answer's message, the usage. A new trajectory whose first call the backend did not answer is
+   deleted (`TrajectoryStore.discard_unused`).
 
 The answer names the trajectory (``X-SkillOS-Trajectory``) and the skills (``X-SkillOS-Skills``).
 """
@@ -50,6 +51,7 @@ from skillos.acting.prompt import skills_block
 from skillos.auth import OPEN as OPEN_GRANT
 from skillos.auth import Grant
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
+from skillos.errors import APIError
 from skillos.llm import LLMSettings
 from skillos.logging import get_logger
 from skillos.protocol.executor import RetrievedSkill
@@ -296,8 +298,23 @@ class ChatGateway:
         body = {**sent, "model": self.backend_model,
                 "messages": inject(messages, row.skills, row.task, self.examples, self.examples_chars)}
         answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
-        if req.stream:
-            return await self._stream(body, row, messages, answer_headers, turn)
+        try:
+            if req.stream:
+                return await self._stream(body, row, messages, answer_headers, turn)
+            return await self._complete(body, row, messages, answer_headers, turn, start)
+        except APIError:
+            if not headers.get(TRAJECTORY_HEADER):   # its first call, unanswered: nothing worth keeping
+                await self._discard(row.id)
+            raise
+
+    async def _discard(self, tid: str) -> None:
+        try:
+            await asyncio.to_thread(self.store.discard_unused, tid)
+        except Exception:   # it expires with the TTL then, and goes with the retention
+            log.exception("gateway_discard_failed", trajectory=tid)
+
+    async def _complete(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
+                        answer_headers: dict[str, str], turn: Turn | TokenTurn, start: float) -> JSONResponse:
         sent_at = time.perf_counter()
         try:
             resp = await self._http.post(self.backend_url, json=body)

@@ -134,8 +134,11 @@ class Trajectories:
     def __init__(self, store: TrajectoryStore, curator_url: str, token: str | None, *, ttl_s: float,
                  sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
                  judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None,
-                 examples: int = 1, examples_chars: int = 1600):
+                 examples: int = 1, examples_chars: int = 1600, retention_s: float = 0.0):
+        """``retention_s``: ended trajectories (curated, failed, expired) are deleted this long after they
+        ended (0: kept)."""
         self.store = store
+        self.retention_s = retention_s
         self.examples, self.examples_chars = examples, examples_chars   # what the chat calls were shown
         # with a judge, an idle trajectory is judged by the executor's own model and curated, not dropped
         self.judge = judge
@@ -170,7 +173,8 @@ class Trajectories:
         await self._curator.aclose()
 
     async def sweep(self) -> None:
-        """Expire idle open trajectories; hand closed ones nobody is curating to the curator."""
+        """Expire idle open trajectories; delete ended ones past the retention; hand closed ones nobody is
+        curating to the curator."""
         if not self.store.exists:
             return
         if self.judge is not None:
@@ -180,6 +184,10 @@ class Trajectories:
             for tid in expired:
                 TRAJECTORIES.labels("expired").inc()
                 log.info("trajectory_expired", trajectory=tid)
+        if self.retention_s > 0:
+            purged = await self._db(self.store.purge, self.retention_s)
+            if purged:
+                log.info("trajectories_purged", count=purged, retention_s=self.retention_s)
         if len(self._running) >= MAX_QUEUED:   # the last batch is still being worked off
             return
         for tid in await self._db(self.store.pending, self.stale_s, MAX_QUEUED):

@@ -5,7 +5,9 @@ result) and one row per recorded chat call. A call keeps only the messages the c
 trajectory's previous call (an agent resends its whole conversation every time: storing each request
 whole would grow with the square of its length) and the answer. A trajectory keeps at most
 ``max_calls`` calls and ``max_bytes`` bytes of them; calls past either bound are answered but not
-recorded, and the trajectory is marked ``truncated``.
+recorded, and the trajectory is marked ``truncated``. Its task and skills count toward ``max_bytes``; a
+trajectory whose first call the backend refused is deleted (`discard_unused`); ended ones are deleted after
+the retention (`purge`).
 
 States: ``open`` (calls are recorded) → ``closed`` (an outcome came; waiting for the curator) →
 ``curating`` (one process claimed it) → ``curated`` or ``failed``; ``open`` → ``expired`` (no call and no
@@ -41,6 +43,7 @@ _FIRST = "0001"   # the schema create_all made before there were migrations
 
 
 OPEN, CLOSED, CURATING, CURATED, FAILED, EXPIRED = "open", "closed", "curating", "curated", "failed", "expired"
+MAX_TASK_CHARS = 8000   # a trajectory's task as kept (and curated): a first user message may be 256 KiB
 
 
 @dataclass
@@ -143,11 +146,36 @@ class TrajectoryStore:
 
     def create(self, tid: str, repo: str, task: str, model: str, skills: list[dict[str, Any]],
                owner: str | None = None) -> None:
+        """A new open trajectory. Its task (cut at `MAX_TASK_CHARS`) and skills count toward ``max_bytes``: a
+        caller's first message is the task, and must not be a way around the bound."""
         now = time.time()
+        task, dumped = task[:MAX_TASK_CHARS], json.dumps(skills)
         with self.engine.begin() as c:
             c.execute(insert(trajectories).values(
-                id=tid, repo=repo, task=task, model=model, skills=json.dumps(skills), status=OPEN,
-                created_at=now, updated_at=now, calls=0, bytes=0, seen_messages=0, truncated=False, owner=owner))
+                id=tid, repo=repo, task=task, model=model, skills=dumped, status=OPEN, created_at=now,
+                updated_at=now, calls=0, bytes=len(task) + len(dumped), seen_messages=0, truncated=False,
+                owner=owner))
+
+    def discard_unused(self, tid: str) -> bool:
+        """Delete an open trajectory no call was recorded in: its first call was refused by the backend (a
+        caller must not fill the database with the task texts of calls that were never answered)."""
+        t = trajectories.c
+        with self.engine.begin() as c:
+            return c.execute(trajectories.delete().where(t.id == tid, t.status == OPEN, t.calls == 0)
+                             .returning(t.id)).first() is not None
+
+    def purge(self, older_than_s: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` ended trajectories (curated, failed, expired) unchanged for ``older_than_s``,
+        with their calls; how many. Transcripts are kept for a while to be read back, not forever."""
+        t = trajectories.c
+        with self.engine.begin() as c:
+            ids = [r.id for r in c.execute(select(t.id).where(t.status.in_((CURATED, FAILED, EXPIRED)),
+                                                              t.updated_at < time.time() - older_than_s)
+                                           .order_by(t.updated_at).limit(limit))]
+            if ids:   # the calls first: SQLite enforces ON DELETE CASCADE only with its foreign keys pragma on
+                c.execute(calls.delete().where(calls.c.trajectory_id.in_(ids)))
+                c.execute(trajectories.delete().where(t.id.in_(ids)))
+        return len(ids)
 
     def get(self, tid: str, with_calls: bool = False) -> TrajectoryRow | None:
         with self.engine.connect() as c:
