@@ -11,6 +11,7 @@ from services.envs.api_router import build_router
 from services.envs.base import Environment
 from services.envs.server import SessionManager
 from services.envs.settings import EnvServerSettings
+from skillos.auth import Authenticator
 from skillos.service import create_app
 
 
@@ -42,6 +43,7 @@ def build_app(env: Environment, settings: EnvServerSettings | None = None) -> Fa
     app = create_app(env.name, title=f"SkillOS {env.name} environment",
                      description="One environment behind the SkillOS env protocol (skillos.protocol.envs).",
                      readiness=[environment_loaded, not_draining], lifespan=lifespan)
+    app.state.auth = Authenticator(settings.auth_mode, settings.auth_tokens)
     app.state.sessions = manager
     app.state.drain = manager.drain  # skillos.service.serve runs it on SIGTERM
     app.include_router(build_router(manager))

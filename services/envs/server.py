@@ -29,6 +29,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from services.envs.base import Environment, Game, GameFailed, StepResult, TaskInfo
 from services.envs.settings import EnvServerSettings
+from skillos.auth import OPEN, Grant
 from skillos.errors import APIError
 from skillos.logging import get_logger
 
@@ -56,6 +57,7 @@ class Session:
     done: bool = False
     won: bool = False
     total_reward: float = 0.0
+    owner: str = "open"   # the opener's `Grant.caller_id`: only it steps, reads or closes the session
 
 
 REPLICA_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -175,7 +177,8 @@ class SessionManager:
     def session_url(self, session: Session) -> str | None:
         return f"{self.session_url_base}/v1/sessions/{session.id}" if self.session_url_base else None
 
-    async def create(self, task: TaskInfo, expert: bool, seed: int | None) -> tuple[Session, StepResult]:
+    async def create(self, task: TaskInfo, expert: bool, seed: int | None,
+                     owner: str = "open") -> tuple[Session, StepResult]:
         if self.draining:
             SESSION_EVENTS.labels(self.env.name, "rejected").inc()
             raise APIError(503, "draining", "this replica is shutting down and takes no new sessions; retry "
@@ -203,7 +206,7 @@ class SessionManager:
             self._pending -= 1
         RESET_LATENCY.labels(self.env.name).observe(time.perf_counter() - started)
         session = Session(id=f"{self.replica_id}.{uuid.uuid4().hex}", task=task, game=game,
-                          last_used=time.monotonic())
+                          last_used=time.monotonic(), owner=owner)
         self.sessions[session.id] = session
         SESSIONS_OPEN.labels(self.env.name).set(len(self.sessions))
         SESSION_EVENTS.labels(self.env.name, "created").inc()
@@ -223,6 +226,15 @@ class SessionManager:
             game.close()
             raise
 
+    def owned(self, session_id: str, grant: Grant) -> Session:
+        """The open session, if ``grant`` opened it (or is an operator's: rw, no prefix); 403 otherwise. A
+        session's steps are an episode's rewards (a trainer's, or an evaluation's): no one else's to take."""
+        session = self.get(session_id)
+        if session.owner != grant.caller_id and not grant.operator:
+            raise APIError(403, "forbidden", f"session {session_id} was opened with another token: only that "
+                                             "token steps, reads or closes it")
+        return session
+
     def get(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is not None:
@@ -240,8 +252,8 @@ class SessionManager:
         raise APIError(404, "unknown_session", f"no open session {session_id!r} (closed, expired after "
                                                f"{self.settings.env_session_ttl_s:g}s idle, or never created)")
 
-    async def step(self, session_id: str, action: str) -> StepResult:
-        session = self.get(session_id)
+    async def step(self, session_id: str, action: str, grant: Grant = OPEN) -> StepResult:
+        session = self.owned(session_id, grant)
         async with session.lock:
             if session.id not in self.sessions:  # closed or failed while this request waited
                 self.get(session_id)
@@ -269,8 +281,8 @@ class SessionManager:
             session.last_used = time.monotonic()
             return result
 
-    async def close(self, session_id: str) -> None:
-        self.get(session_id)
+    async def close(self, session_id: str, grant: Grant = OPEN) -> None:
+        self.owned(session_id, grant)
         await self._drop(session_id, "closed")
 
     async def _drop(self, session_id: str, event: str) -> None:

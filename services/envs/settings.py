@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from skillos.settings import EnvDataSettings
+from skillos.settings import EnvDataSettings, InboundAuthSettings
 
 
-class EnvServerSettings(EnvDataSettings):
-    """An env server reads where its data is and how it runs sessions; it calls no other service."""
+class EnvServerSettings(EnvDataSettings, InboundAuthSettings):
+    """An env server reads where its data is and how it runs sessions; it calls no other service. With
+    SKILLOS_AUTH_MODE=tokens a caller needs a token (any scope) and a session is its opener's."""
 
     # Behind a load balancer with more than one replica (see services/envs/README.md, "Replicas"):
     # the address clients reach this replica at, returned with every new session as `session_url`; the

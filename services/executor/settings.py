@@ -52,7 +52,7 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     gateway_extra_fields: str = ""
     # the chat calls one token may have waiting or at the backend (0: no bound; open mode is not bounded), so
     # that no caller holds every turn of SKILLOS_EXECUTOR_MAX_LLM_CALLS: beyond it, 429 with Retry-After
-    gateway_max_calls_per_token: int = Field(8, ge=0)
+    gateway_max_calls_per_caller: int = Field(8, ge=0)
     # what one trajectory keeps: calls beyond either bound are still answered, not recorded
     gateway_max_calls: int = Field(256, ge=1)
     gateway_max_trajectory_bytes: int = Field(2 * 1024 * 1024, ge=1024)

@@ -104,6 +104,32 @@ def test_user_jsonl_files(tmp_path):
         assert answer(c, g.id, "Answer: B").reward == 0.0
 
 
+def test_with_tokens_a_session_is_its_openers(tmp_path):
+    """Issue 51: with SKILLOS_AUTH_MODE=tokens an env server needs a token on every route but the probes, and
+    a session (its steps are an episode's rewards) is stepped, read and closed by its opener alone; an
+    operator's token (rw, no prefix) sees and may close any."""
+    env = {"SKILLOS_AUTH_MODE": "tokens", "SKILLOS_AUTH_TOKENS": "ops:rw,alice:read:team-,bob:rw:team-"}
+    with run_service(["reasoning"], env=env, tmp_path=tmp_path) as svc, \
+            EnvClient(svc.url, token="alice") as alice, EnvClient(svc.url, token="bob") as bob, \
+            EnvClient(svc.url, token="ops") as ops:
+        assert httpx.get(f"{svc.url}/v1/tasks").status_code == 401
+        assert httpx.get(f"{svc.url}/v1/sessions", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert httpx.get(f"{svc.url}/readyz").status_code == 200
+        mine = alice.create_session(split="demo_math", index=0).session_id
+        theirs = bob.create_session(split="demo_math", index=1).session_id
+        for call in (lambda: bob.step(mine, "205"), lambda: bob.session(mine), lambda: bob.close_session(mine)):
+            with pytest.raises(EnvError) as e:
+                call()
+            assert e.value.status == 403 and "another token" in e.value.message
+        listed = httpx.get(f"{svc.url}/v1/sessions", headers={"Authorization": "Bearer bob"}).json()
+        assert listed["session_ids"] == [theirs] and listed["count"] == 1
+        everything = httpx.get(f"{svc.url}/v1/sessions", headers={"Authorization": "Bearer ops"}).json()
+        assert sorted(everything["session_ids"]) == sorted([mine, theirs])
+        assert alice.step(mine, "205").done          # the opener plays on, with a read token
+        assert ops.session(theirs).steps == 0
+        ops.close_session(theirs)
+
+
 def test_bad_data_dir_is_refused_with_a_message(tmp_path):
     (tmp_path / "broken.jsonl").write_text(json.dumps({"problem": "no answer here"}) + "\n")
     out = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "reasoning", "--data-dir", str(tmp_path)],

@@ -475,7 +475,7 @@ def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embe
             assert r.json()["error"]["code"] == ("unauthorized" if status == 401 else "forbidden")
 
         with gateway_on(embedded_llm, gateway_db, repo, curator, tmp_path, auth_mode="tokens", auth_tokens=TOKENS,
-                        api_token="svc-token", gateway_curator_retries=0, gateway_max_calls_per_token=1) as gw:
+                        api_token="svc-token", gateway_curator_retries=0, gateway_max_calls_per_caller=1) as gw:
             # no or an unknown token: 401 in OpenAI's shape, as the openai client raises it
             r = httpx.get(f"{gw.url}/v1/models", timeout=30)
             assert r.status_code == 401 and openai_error_of(r)["type"] == "authentication_error"
@@ -541,7 +541,7 @@ def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embe
             r = httpx.get(f"{gw.url}/v1/trajectories/{reader_tid}", headers=_bearer("reader-token"), timeout=30)
             assert r.status_code == 200 and r.json()["status"] == "open"
 
-            # a token's share of the turns (SKILLOS_GATEWAY_MAX_CALLS_PER_TOKEN=1 here): while its stream is
+            # a token's share of the turns (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER=1 here): while its stream is
             # open, its next call gets 429 with Retry-After; another token is not held back; the share comes
             # back when the stream ends
             team_a = {"X-SkillOS-Repo": "team-a"}

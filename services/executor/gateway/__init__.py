@@ -60,7 +60,7 @@ class Gateway:
                                 policy=RequestPolicy(settings.gateway_max_n, settings.gateway_max_tokens,
                                                      settings.gateway_allow_media,
                                                      parse_fields(settings.gateway_extra_fields)),
-                                max_calls_per_token=settings.gateway_max_calls_per_token)
+                                max_calls_per_caller=settings.gateway_max_calls_per_caller)
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,

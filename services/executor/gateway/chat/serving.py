@@ -174,12 +174,12 @@ class TokenTurn:
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
-                 examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_token: int = 0):
-        """``max_calls_per_token``: the calls one token may have waiting or at the backend (0: no bound;
+                 examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_caller: int = 0):
+        """``max_calls_per_caller``: the calls one token may have waiting or at the backend (0: no bound;
         open mode's callers share one label and are not bounded), so that no caller holds every turn."""
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.policy = policy or RequestPolicy()
-        self.max_calls_per_token = max_calls_per_token
+        self.max_calls_per_caller = max_calls_per_caller
         self._per_token: dict[str, int] = {}
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
@@ -344,14 +344,14 @@ class ChatGateway:
         """A turn at the backend (`services.executor.admission`), or 429 with Retry-After: ``overloaded``,
         or ``too_many_requests`` when the caller's token already has its share of calls."""
         label = grant.token_label
-        bounded = self.max_calls_per_token > 0 and label != OPEN_GRANT.token_label
+        bounded = self.max_calls_per_caller > 0 and label != OPEN_GRANT.token_label
         if bounded:
             held = self._per_token.get(label, 0)
-            if held >= self.max_calls_per_token:
+            if held >= self.max_calls_per_caller:
                 CALLS.labels(str(stream).lower(), "429").inc()
                 raise gateway_error(429, "too_many_requests",
                                     f"this token has {held} calls waiting or at the backend, the most one token "
-                                    "may (SKILLOS_GATEWAY_MAX_CALLS_PER_TOKEN): send the next when one has ended",
+                                    "may (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER): send the next when one has ended",
                                     headers={"Retry-After": "1"})
             self._per_token[label] = held + 1
         try:
