@@ -1,6 +1,6 @@
 """Bearer-token auth shared by the services.
 
-Tokens are configured as ``token:scope[:repo-prefix]`` entries, comma-separated (SKILLOS_AUTH_TOKENS),
+Tokens are configured as ``token:scope[:repo-prefix[:label]]`` entries, comma-separated (SKILLOS_AUTH_TOKENS),
 scope ``read`` (GET only) or ``rw`` (read and write); with a prefix the token only reaches the repos the
 prefix names as a whole word (`prefix_reaches`: ``acme`` reaches ``acme`` and ``acme-dev``, never ``acmecorp``). No or an unknown token: 401. A known token used beyond its scope or prefix: 403.
 Mode ``open`` (the embedded default) lets every request through; deployment configs set ``tokens``.
@@ -8,13 +8,18 @@ Mode ``open`` (the embedded default) lets every request through; deployment conf
 The same tokens (SKILLOS_AUTH_MODE, SKILLOS_AUTH_TOKENS, `skillos.settings.InboundAuthSettings`) guard every
 service through which a caller reaches a repo: the skill repo, the executor and its gateway, the curator. A
 service puts its `Authenticator` on ``app.state.auth``; a route takes the caller's `Grant` with `Auth` and
-asks it for the repo it touches (`Grant.require`).
+asks it for the repo it touches (`Grant.require`). The grant of the request being served is also
+`current_caller()` (a context variable, which worker threads started with anyio or asyncio inherit): what a
+write records as its writer, from the server's side (the op log's ``writer``: the token's label, ``token#<n>``
+unless the entry names one).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -24,6 +29,8 @@ from fastapi.security import HTTPBearer
 from skillos.errors import APIError
 
 SCOPES = ("read", "rw")
+LABEL = re.compile(r"[A-Za-z0-9._#-]{1,64}")
+_CALLER: ContextVar[Grant | None] = ContextVar("skillos_caller", default=None)
 # where a repo name's words part (REPO_NAME_PATTERN allows these three besides letters and digits)
 NAME_SEPARATORS = ".-_"
 
@@ -86,10 +93,13 @@ def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
         if not entry:
             continue
         parts = entry.split(":")
-        if len(parts) not in (2, 3) or not parts[0] or parts[1] not in SCOPES:
-            raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix]'")
-        grants.append((parts[0], Grant(parts[1], parts[2] if len(parts) == 3 and parts[2] else None,
-                                       f"token#{i + 1}", caller_id(parts[0]))))
+        if len(parts) not in (2, 3, 4) or not parts[0] or parts[1] not in SCOPES:
+            raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix[:label]]'")
+        label = parts[3] if len(parts) == 4 and parts[3] else f"token#{i + 1}"
+        if not LABEL.fullmatch(label):
+            raise ValueError(f"auth token entry {i + 1}: its label is 1-64 letters, digits, '.', '_' or '-'")
+        grants.append((parts[0], Grant(parts[1], parts[2] if len(parts) >= 3 and parts[2] else None, label,
+                                       caller_id(parts[0]))))
     return grants
 
 
@@ -126,7 +136,14 @@ _bearer = HTTPBearer(auto_error=False, description="a token from SKILLOS_AUTH_TO
 async def grant(request: Request, _creds: Annotated[object, Depends(_bearer)] = None) -> Grant:
     """The caller's grant (401 without a known token in ``tokens`` mode). `_bearer` only documents the
     scheme in OpenAPI; the header is read here so every service answers the same 401s."""
-    return request.app.state.auth.authenticate(request.headers.get("authorization"))
+    found = request.app.state.auth.authenticate(request.headers.get("authorization"))
+    _CALLER.set(found)
+    return found
+
+
+def current_caller() -> Grant | None:
+    """The grant of the request being served (None outside a request: a CLI, a test calling a store)."""
+    return _CALLER.get()
 
 
 Auth = Annotated[Grant, Depends(grant)]

@@ -226,7 +226,7 @@ def skill_out(s: StoredSkill) -> Skill:
 
 def log_entry_out(r: LogRow) -> OpLogEntry:
     return OpLogEntry(id=r.id, seq=r.seq, kind=r.kind, applied=r.applied, created_at=r.created_at,
-                      origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries)
+                      origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries, writer=r.writer)
 
 
 class SkillRepoService:

@@ -35,6 +35,7 @@ from services.skillrepo.tables import (
     snapshot_heads,
     snapshots,
 )
+from skillos.auth import current_caller
 from skillos.db import is_sqlite
 from skillos.skills import EXAMPLES_KEY, SkillDoc, serialize
 
@@ -140,6 +141,7 @@ class LogRow:
     origin: dict[str, Any] | None
     idempotency_key: str | None
     entries: list[dict[str, Any]]
+    writer: str | None = None
 
 
 @dataclass
@@ -268,9 +270,10 @@ class WriteTx:
             entries = json.dumps([{"index": i, "name": ch.cause, "status": "applied", "skill_name": ch.name,
                                    "version": ch.version, "message": "deleted" if ch.blob_hash is None else ch.cause}
                                   for i, ch in enumerate(self.changes)], ensure_ascii=False)
+        caller = current_caller()   # the request's token, as the server authenticated it
         return {"repo_id": self.repo.id, "seq": self.repo.seq, "kind": log["kind"], "applied": log["applied"],
                 "origin": log["origin"], "idempotency_key": log["idempotency_key"], "entries": entries,
-                "created_at": self.now}
+                "created_at": self.now, "writer": caller.token_label if caller is not None else None}
 
     def head(self, name: str) -> tuple[int, str | None] | None:
         """(version, blob hash or None when deleted) of the skill's head, or None when it never existed."""
@@ -694,7 +697,8 @@ class Store:
                 q = q.where(op_log.c.id < before)
             rows = conn.execute(q.order_by(op_log.c.id.desc()).limit(limit)).all()
         return [LogRow(r.id, r.seq, r.kind, bool(r.applied), _utc(r.created_at),
-                       json.loads(r.origin) if r.origin else None, r.idempotency_key, json.loads(r.entries))
+                       json.loads(r.origin) if r.origin else None, r.idempotency_key, json.loads(r.entries),
+                       r.writer)
                 for r in rows]
 
     def _repo_id(self, conn, name: str) -> int:

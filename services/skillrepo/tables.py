@@ -112,10 +112,11 @@ op_log = Table(
     Column("seq", BigInteger, nullable=False),       # the repo's seq after the write
     Column("kind", String(32), nullable=False),      # ops, insert, put, delete, restore, import, snapshot_restore
     Column("applied", Boolean, nullable=False),
-    Column("origin", Text, nullable=True),           # JSON: run, task, curator call, ...
+    Column("origin", Text, nullable=True),           # JSON: run, task, curator call, ... (as the writer claims)
     Column("idempotency_key", String(200), nullable=True),
     Column("entries", Text, nullable=False),         # JSON list of verdicts
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("writer", String(64), nullable=True),     # the request's token label (migration 0006)
     Index("ix_op_log_repo_id", "repo_id", "id"),
 )
 

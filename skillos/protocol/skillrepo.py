@@ -189,7 +189,11 @@ class OpLogEntry(BaseModel):
     kind: str
     applied: bool
     created_at: datetime
-    origin: OpOrigin | None = None
+    origin: OpOrigin | None = Field(None, description="where the writer says the write came from (its claim)")
+    writer: str | None = Field(None, description=(
+        "who made the write, as the server authenticated it: the label of the request's token (SKILLOS_AUTH_"
+        "TOKENS entries `token:scope:prefix:label`, else token#<n>; 'open' in open mode; None: a write made "
+        "without a request, or before writers were kept)"))
     idempotency_key: str | None = None
     ops: list[OpOutcome]
 

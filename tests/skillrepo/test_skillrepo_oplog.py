@@ -110,9 +110,10 @@ def test_whoami_open_mode(client):
 
 def test_whoami_and_op_log_with_tokens(tmp_path):
     env = {"SKILLOS_DATABASE_URL": f"sqlite:///{tmp_path}/r.db", "SKILLOS_AUTH_MODE": "tokens",
-           "SKILLOS_AUTH_TOKENS": "admin:rw,viewer:read:team-"}
+           "SKILLOS_AUTH_TOKENS": "admin:rw,viewer:read:team-,curator-t:rw:team-:curator-1"}
     with run_service(["skillrepo"], env=env, tmp_path=tmp_path) as svc:
-        with SkillRepoClient(svc.url, token="admin") as admin, SkillRepoClient(svc.url, token="viewer") as viewer:
+        with SkillRepoClient(svc.url, token="admin") as admin, SkillRepoClient(svc.url, token="viewer") as viewer, \
+                SkillRepoClient(svc.url, token="curator-t") as curator:
             assert admin.whoami().scope == "rw"
             me = viewer.whoami()
             assert (me.mode, me.scope, me.prefix) == ("tokens", "read", "team-")
@@ -120,6 +121,10 @@ def test_whoami_and_op_log_with_tokens(tmp_path):
             admin.create_repo("other")
             admin.apply_ops("team-a", [_insert("x-skill")])
             assert len(viewer.op_log("team-a").entries) == 1
+            # the writer as the server saw it (the token's label), beside what the writer claims (origin)
+            curator.apply_ops("team-a", [_insert("y-skill")], origin={"source": "console", "run": "forged"})
+            newest, first = viewer.op_log("team-a").entries
+            assert (newest.writer, newest.origin.source, first.writer) == ("curator-1", "console", "token#1")
             with pytest.raises(SkillRepoError) as e:
                 viewer.op_log("other")
             assert e.value.status == 403
