@@ -112,6 +112,13 @@ class Authenticator:
         if mode == "tokens" and not self._grants:
             raise ValueError("auth mode 'tokens' needs at least one token in SKILLOS_AUTH_TOKENS")
 
+    def grant_of(self, caller: str | None) -> Grant | None:
+        """The grant a caller (`Grant.caller_id`) holds now: None for a token no longer configured. For work
+        done later on a caller's behalf (a gateway trajectory curated after it went idle)."""
+        if self.mode == "open":
+            return OPEN
+        return next((g for _, g in self._grants if g.caller_id == caller), None)
+
     def authenticate(self, authorization: str | None) -> Grant:
         if self.mode == "open":
             return OPEN

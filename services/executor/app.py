@@ -43,7 +43,7 @@ def build_app(settings: ExecutorSettings | None = None, llm_settings: LLMSetting
     async def lifespan(app: FastAPI):
         app.state.executor = Executor(settings, llm_settings)
         gateway = Gateway(settings, llm_settings, judge=app.state.executor.judge,
-                          admission=app.state.executor.admission)
+                          admission=app.state.executor.admission, auth=app.state.auth)
         gateway.attach(app)
         gateway.start()
         try:

@@ -292,3 +292,43 @@ def test_what_a_trajectory_keeps_is_bounded_and_goes_in_time(store_url):
     assert store.purge(0.01) == 1                     # "skilled" is closed (awaiting its curation): kept
     assert store.get("used") is None and store.get("skilled").status == "closed"
     store.close()
+
+
+def test_a_judged_trajectory_is_curated_only_where_its_caller_could_write(tmp_path):
+    """Issue 51: with the self-judge on idle trajectories, the curator writes with the executor's own token.
+    A trajectory is judged and curated only where its caller holds rw on the repo with a token still
+    configured; a read token's, another prefix's, or a removed token's expires uncurated. The judge's LLM
+    answer is a fixed verdict here (what is tested is the sweep's rule)."""
+    import asyncio
+
+    from services.executor.gateway.trajectories.serving import Trajectories
+    from skillos.auth import Authenticator, caller_id
+    from skillos.protocol.executor import JudgeResponse, TokenCount
+
+    asked = []
+
+    async def judge(request):
+        asked.append(request.task)
+        return JudgeResponse(success=True, parsed=True, reason="done", completion="yes", tokens=TokenCount(),
+                             latency_s=0.0)
+
+    auth = Authenticator("tokens", "writer:rw:team-,reader:read")
+    store = TrajectoryStore(f"sqlite:///{tmp_path}/g.db", max_calls=10, max_bytes=100_000)
+    for tid, repo, owner in [("w", "team-a", caller_id("writer")), ("r", "team-a", caller_id("reader")),
+                             ("x", "other", caller_id("writer")), ("gone", "team-a", caller_id("removed")),
+                             ("old", "team-a", None)]:
+        store.create(tid, repo, f"task {tid}", "m", [], owner)
+    time.sleep(0.05)
+
+    async def go():
+        sweeps = Trajectories(store, "http://127.0.0.1:9", None, ttl_s=0.01, sweep_interval_s=3600,
+                              curator_timeout_s=1, curator_retries=0, judge=judge, auth=auth)
+        try:
+            await sweeps.sweep()
+        finally:
+            await sweeps.aclose()
+
+    asyncio.run(go())
+    assert sorted(asked) == ["task old", "task w"]
+    assert {t: store.get(t).status for t in ("r", "x", "gone")} == dict.fromkeys(("r", "x", "gone"), "expired")
+    store.close()

@@ -17,6 +17,7 @@ from services.executor.gateway.trajectories.api_router import router as trajecto
 from services.executor.gateway.trajectories.serving import Trajectories
 from services.executor.gateway.trajectories.store import TrajectoryStore
 from services.executor.settings import ExecutorSettings
+from skillos.auth import Authenticator
 from skillos.llm import LLMSettings
 
 ROUTERS = (chat_router, models_router, trajectories_router)
@@ -44,7 +45,8 @@ def add_routes(app: FastAPI) -> None:
 class Gateway:
     """The gateway's parts of one process; `start` in the app's lifespan, `aclose` at its end."""
 
-    def __init__(self, settings: ExecutorSettings, llm: LLMSettings, admission: Admission, judge=None):
+    def __init__(self, settings: ExecutorSettings, llm: LLMSettings, admission: Admission, judge=None,
+                 auth: Authenticator | None = None):
         """``judge``: the executor's own `judge` (a `JudgeRequest` in, a `JudgeResponse` out), used on idle
         trajectories when ``gateway_judge_expired`` is on; ``admission``: the executor's bound on its single LLM
         calls in flight, shared with /v1/act and /v1/judge."""
@@ -65,7 +67,7 @@ class Gateway:
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
             curator_retries=settings.gateway_curator_retries,
-            judge=judge if settings.gateway_judge_expired else None, examples=settings.executor_examples,
+            judge=judge if settings.gateway_judge_expired else None, auth=auth, examples=settings.executor_examples,
             examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s)
 
     def attach(self, app: FastAPI) -> None:

@@ -35,7 +35,7 @@ from services.executor.gateway.trajectories.store import (
     TrajectoryRow,
     TrajectoryStore,
 )
-from skillos.auth import Grant
+from skillos.auth import Authenticator, Grant
 from skillos.clients.curator import AsyncCuratorClient, CuratorError
 from skillos.errors import APIError
 from skillos.logging import get_logger
@@ -134,7 +134,8 @@ class Trajectories:
     def __init__(self, store: TrajectoryStore, curator_url: str, token: str | None, *, ttl_s: float,
                  sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
                  judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None,
-                 examples: int = 1, examples_chars: int = 1600, retention_s: float = 0.0):
+                 auth: Authenticator | None = None, examples: int = 1, examples_chars: int = 1600,
+                 retention_s: float = 0.0):
         """``retention_s``: ended trajectories (curated, failed, expired) are deleted this long after they
         ended (0: kept)."""
         self.store = store
@@ -142,6 +143,7 @@ class Trajectories:
         self.examples, self.examples_chars = examples, examples_chars   # what the chat calls were shown
         # with a judge, an idle trajectory is judged by the executor's own model and curated, not dropped
         self.judge = judge
+        self.auth = auth or Authenticator()   # who may have a judged trajectory curated (`_may_curate`)
         self.ttl_s, self.sweep_interval_s = ttl_s, sweep_interval_s
         self.retries = curator_retries
         # a claim older than the longest a curation can take belongs to a process that died
@@ -198,6 +200,11 @@ class Trajectories:
         model, as the paper's stream judges an episode, and handed to the curator with that outcome; one the
         judge cannot answer expires uncurated."""
         for row in await self._db(self.store.idle, self.ttl_s, MAX_JUDGED):
+            if not self._may_curate(row):
+                if await self._db(self.store.expire_one, row.id, row.updated_at):
+                    TRAJECTORIES.labels("expired").inc()
+                    log.info("trajectory_expired", trajectory=row.id, reason="its caller may not write the repo")
+                continue
             turns = [HistoryStep(observation=t.observation[:MAX_FIELD_CHARS], thought=t.thought[:4096],
                                  action=t.action[:4096]) for t in curator_trajectory(row).turns[:-1]]
             try:
@@ -218,6 +225,15 @@ class Trajectories:
                 TRAJECTORIES.labels("judged").inc()
                 log.info("trajectory_judged", trajectory=row.id, success=verdict.success)
                 self.schedule(row.id)
+
+    def _may_curate(self, row: TrajectoryRow) -> bool:
+        """A judged trajectory is curated (the curator writes with the executor's own token) only where its
+        caller could have had it curated by reporting an outcome: rw on its repo, with a token still
+        configured. A read token's conversation must not become skills by waiting out the TTL."""
+        if row.owner is None:   # opened before owners were kept: as before
+            return True
+        grant = self.auth.grant_of(row.owner)
+        return grant is not None and grant.scope == "rw" and grant.allows_repo(row.repo)
 
     async def _sweep_forever(self) -> None:
         while True:
