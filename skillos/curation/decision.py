@@ -109,7 +109,8 @@ async def curate(req: DecisionRequest, *, llm: ChatLLM, repo: OpsPort | None,
     if result.finish_reason == "length" and parsed and parsed[-1].error is None and not result.tool_calls:
         # a grammar-constrained object that closed exactly at the limit is fine; note it for debugging
         log.info("curator_completion_hit_max_tokens")
-    verdicts = [validate(call, i) for i, call in enumerate(parsed)]
+    shown = [_name(k) for k in req.retrieved_skills]
+    verdicts = [validate(call, i, shown) for i, call in enumerate(parsed)]
     applied = False
     sent = [v.index for v in verdicts if v.valid]
     example = worked_example(req) if req.apply else None

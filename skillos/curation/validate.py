@@ -6,7 +6,10 @@ A call is refused here, before anything is sent, when
   * a required argument is missing, empty or not a string;
   * ``skill_update`` gives neither ``new_content`` nor ``new_name``;
   * a name has no letter or digit left after normalizing, or the content is not a well-formed
-    skill (`skillos.skills.skill_from_call`: empty, bad frontmatter, too large, NUL, ...).
+    skill (`skillos.skills.skill_from_call`: empty, bad frontmatter, too large, NUL, ...);
+  * ``skill_update`` or ``skill_delete`` names a skill the curator was not shown (``shown``: the skills
+    retrieved for the task): in every output mode, not only where json mode's schema enforces it. A
+    trajectory is a caller's text; it must not steer an edit of any skill of the repo.
 The checks are the skill repo's own rules, so a call that passes is refused by the repo only for
 state reasons (the skill exists / does not exist); see `verdict.settle`.
 
@@ -17,6 +20,7 @@ skill-name syntax is noted with what the repo will make of it ("Heat Food" -> "h
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,7 +31,7 @@ from skillos.curation.verdict import OpVerdict
 from skillos.skills import SkillFormatError, normalize_name, skill_from_call
 
 
-def _check(call: ParsedCall) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+def _check(call: ParsedCall, shown: Collection[str] | None) -> tuple[dict[str, Any] | None, str | None, list[str]]:
     """(clean arguments, None, notes) or (None, reason, notes)."""
     notes: list[str] = []
     if call.error:
@@ -58,16 +62,23 @@ def _check(call: ParsedCall) -> tuple[dict[str, Any] | None, str | None, list[st
                 skill_from_call(args.get("new_name") or args["skill_name"], args[key])
     except SkillFormatError as e:
         return None, f"{e.code}: {e.message}", notes
+    if shown is not None and name in ("skill_update", "skill_delete"):
+        known = {n for n in (normalize_name(s, strict=False) for s in shown) if n}
+        if normalize_name(args["skill_name"]) not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            return None, (f"not_shown: {name} may only change a skill retrieved for this task "
+                          f"(shown: {listed}), not {args['skill_name']!r}"), notes
     return args, None, notes
 
 
-def validate(call: ParsedCall, index: int = 0) -> OpVerdict:
-    """The verdict on one call (``index``: its position in the decision). Never raises.
+def validate(call: ParsedCall, index: int = 0, shown: Collection[str] | None = None) -> OpVerdict:
+    """The verdict on one call (``index``: its position in the decision; ``shown``: the names of the skills
+    in the curator's prompt, None: not checked). Never raises.
 
     A valid verdict carries the cleaned arguments (what is sent to the repo) and the typed op
     (``verdict.op``); a refused one the arguments as read and the reason.
     """
-    args, reason, notes = _check(call)
+    args, reason, notes = _check(call, shown)
     verdict = OpVerdict(index=index, name=call.name, arguments=args or call.arguments,
                         valid=reason is None, reason=reason, normalized=notes)
     if args is not None:

@@ -189,11 +189,14 @@ def _request(**kw):
 def test_a_decision_applies_its_valid_calls_one_by_one_and_counts_r_fc_per_call():
     completion = json.dumps({"calls": [
         {"name": "new_skill_insert", "arguments": {"skill_name": "clean-then-place", "content": "1. clean it"}},
-        {"name": "skill_delete", "arguments": {"skill_name": "no-such-skill"}},
+        {"name": "skill_delete", "arguments": {"skill_name": "stale-skill"}},   # shown, gone from the repo since
         {"name": "skill_update", "arguments": {"skill_name": "find-object"}},   # neither new_name nor new_content
+        {"name": "skill_delete", "arguments": {"skill_name": "Someone Elses Skill"}},   # never shown
     ]})
     llm, repo = FakeLLM(completion), FakeRepo()
-    response = asyncio.run(curate(_request(), llm=llm, repo=repo, options=CurationOptions(output_mode="json")))
+    shown = [{"name": "find-object"}, {"name": "stale-skill"}]
+    response = asyncio.run(curate(_request(retrieved_skills=shown), llm=llm, repo=repo,
+                                  options=CurationOptions(output_mode="json")))
 
     # the refused update never reached the repo; the other two went as one non-atomic batch
     assert ATOMIC is False
@@ -202,16 +205,35 @@ def test_a_decision_applies_its_valid_calls_one_by_one_and_counts_r_fc_per_call(
     assert repo.batches[0]["origin"]["source"] == "curator"
     assert repo.batches[0]["origin"]["curator_call"] == response.call_id
     # the insert is applied although its sibling delete was refused by the repo
-    insert, delete, update = response.calls
+    insert, delete, update, foreign = response.calls
     assert insert.valid and insert.applied and insert.skill_version == 1
     assert not delete.valid and delete.reason.startswith("skill_not_found")
     assert not update.valid and "needs new_content, new_name or both" in update.reason
-    assert response.applied and response.validity_rate == pytest.approx(1 / 3)
-    # json mode: the schema offers edits of the shown skill only
+    # an edit of a skill the curator was not shown is refused before the repo, in every output mode
+    assert not foreign.valid and foreign.reason.startswith("not_shown") and "Someone Elses" in foreign.reason
+    assert response.applied and response.validity_rate == pytest.approx(1 / 4)
+    # json mode: the schema offers edits of the shown skills only
     kwargs = llm.asked[0][1]
     schema = kwargs["response_format"]["schema"]
-    assert schema == curator_json_schema(1, 2, existing=["find-object"])
+    assert schema == curator_json_schema(1, 2, existing=["find-object", "stale-skill"])
     assert response.model == "fake-model"
+
+
+def test_tools_mode_edits_only_the_skills_it_was_shown():
+    """Issue 51: tools mode has no schema to hold the curator to the retrieved skills; validate does."""
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+             for i, (name, args) in enumerate([("skill_delete", {"skill_name": "find-object"}),
+                                               ("skill_delete", {"skill_name": "deploy-everything"})])]
+
+    class ToolsLLM(FakeLLM):
+        async def chat(self, messages, **kwargs):
+            self.asked.append((messages, kwargs))
+            return ChatResult(content="", finish_reason="tool_calls", tool_calls=calls)
+
+    repo = FakeRepo()
+    response = asyncio.run(curate(_request(), llm=ToolsLLM(), repo=repo, options=CurationOptions(output_mode="tools")))
+    assert [op["arguments"]["skill_name"] for op in repo.batches[0]["ops"]] == ["find-object"]
+    assert response.calls[1].reason.startswith("not_shown")
 
 
 def test_a_failed_llm_is_an_answer_with_no_calls_not_an_exception():

@@ -82,7 +82,8 @@ def _post(body: dict, *, fail: bool = False, with_repo: bool = True) -> httpx.Re
 
 
 def test_a_decision_is_answered_with_every_field_in_order():
-    r = _post({"trajectory": TRAJ, "self_judged_success": False, "retrieved_skills": [{"name": "find-object"}],
+    r = _post({"trajectory": TRAJ, "self_judged_success": False,
+               "retrieved_skills": [{"name": "find-object"}, {"name": "no-such-skill"}],
                "repo": "r", "seed": 3, "logprobs": True})
     assert r.status_code == 200, r.text
     out = r.json()
