@@ -27,6 +27,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from skillos.errors import APIError
+from skillos.placeholders import refuse_placeholder
 
 SCOPES = ("read", "rw")
 LABEL = re.compile(r"[A-Za-z0-9._#-]{1,64}")
@@ -95,6 +96,7 @@ def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
         parts = entry.split(":")
         if len(parts) not in (2, 3, 4) or not parts[0] or parts[1] not in SCOPES:
             raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix[:label]]'")
+        refuse_placeholder(parts[0], f"SKILLOS_AUTH_TOKENS entry {i + 1}")
         label = parts[3] if len(parts) == 4 and parts[3] else f"token#{i + 1}"
         if not LABEL.fullmatch(label):
             raise ValueError(f"auth token entry {i + 1}: its label is 1-64 letters, digits, '.', '_' or '-'")

@@ -11,6 +11,8 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
+from skillos.placeholders import refuse_placeholder
+
 # A connection back in the pool less than this long ago is not pinged on checkout: HikariCP's default
 # (aliveBypassWindowMs, 500 ms). A ping is a round trip, ~0.4 ms on loopback, and a search checks out twice
 # (the repo's seq, the hits' texts): at a million skills about a tenth of a search's time over HTTP.
@@ -52,6 +54,7 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL", *, connect_timeout
     """
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    refuse_placeholder(make_url(url).password, "the database URL's password")
     if is_sqlite(url):
         db_path = make_url(url).database
         if db_path and db_path != ":memory:":

@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skillos.acting.options import ActingOptions, PlayerOptions
+from skillos.placeholders import refuse_placeholder
 
 if TYPE_CHECKING:
     from skillos.curation.options import CurationOptions
@@ -41,6 +42,12 @@ class ApiTokenSettings(CommonSettings):
 
     # bearer token this process sends to other SkillOS services (empty: none)
     api_token: str = ""
+
+    @field_validator("api_token")
+    @classmethod
+    def _not_a_placeholder(cls, v: str) -> str:
+        refuse_placeholder(v, "SKILLOS_API_TOKEN")
+        return v
 
 
 class InboundAuthSettings(CommonSettings):

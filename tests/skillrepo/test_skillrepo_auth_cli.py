@@ -24,6 +24,25 @@ def test_token_parsing_refuses_bad_entries():
         Authenticator("tokens", "abc:admin")
     with pytest.raises(ValueError):
         Authenticator("sometimes", "")
+    with pytest.raises(ValueError, match="label"):
+        Authenticator("tokens", "abc:rw:team-:not a label")
+
+
+def test_the_templates_placeholder_credentials_are_refused():
+    """Issue 51: k8s/base ships CHANGE-ME for the token list, the API token and the database password;
+    a process given one stops with a message naming the setting instead of serving with it."""
+    from pydantic import ValidationError
+
+    from skillos.db import make_engine
+    from skillos.settings import ApiTokenSettings
+
+    with pytest.raises(ValueError, match="SKILLOS_AUTH_TOKENS entry 2 is still the placeholder"):
+        Authenticator("tokens", "real-secret:rw,CHANGE-ME:rw")
+    with pytest.raises(ValidationError, match="SKILLOS_API_TOKEN is still the placeholder"):
+        ApiTokenSettings(_env_file=None, api_token="change-me")
+    with pytest.raises(ValueError, match="password is still the placeholder"):
+        make_engine("postgresql+psycopg://skillos:CHANGE-ME@skillos-postgresql:5432/skillos")
+    assert Authenticator("tokens", "change-me-not:rw").mode == "tokens"   # only the placeholder itself
 
 
 def test_tokens_scopes_and_prefixes(tmp_path):
