@@ -24,7 +24,8 @@ LOOKS = ("look", "inventory", "examine", "close", "help")
 
 
 def play(index: int = 0, turns: int = 10) -> dict:
-    llm, env = OpenAI(base_url=GATEWAY, api_key=TOKEN), httpx.Client(base_url=ENV, timeout=300)
+    env = httpx.Client(base_url=ENV, timeout=300, headers={"Authorization": f"Bearer {TOKEN}"})  # env servers too
+    llm = OpenAI(base_url=GATEWAY, api_key=TOKEN)
     game = env.post("/v1/sessions", json={"split": "valid_seen", "index": index}).json()
     obs, actions, won, tried = game["observation"], game["admissible_actions"], False, set()
     messages = [{"role": "system", "content": "You are a household robot. Think in one sentence, then pick an action."}]

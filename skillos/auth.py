@@ -6,7 +6,8 @@ prefix names as a whole word (`prefix_reaches`: ``acme`` reaches ``acme`` and ``
 Mode ``open`` (the embedded default) lets every request through; deployment configs set ``tokens``.
 
 The same tokens (SKILLOS_AUTH_MODE, SKILLOS_AUTH_TOKENS, `skillos.settings.InboundAuthSettings`) guard every
-service through which a caller reaches a repo: the skill repo, the executor and its gateway, the curator. A
+service through which a caller reaches a repo (the skill repo, the executor and its gateway, the curator) and
+the env servers (where a token of any scope plays, and a session is its opener's). A
 service puts its `Authenticator` on ``app.state.auth``; a route takes the caller's `Grant` with `Auth` and
 asks it for the repo it touches (`Grant.require`). The grant of the request being served is also
 `current_caller()` (a context variable, which worker threads started with anyio or asyncio inherit): what a
@@ -27,6 +28,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from skillos.errors import APIError
+from skillos.logging import get_logger
 from skillos.placeholders import refuse_placeholder
 
 SCOPES = ("read", "rw")
@@ -89,7 +91,9 @@ def caller_id(token: str) -> str:
 
 
 def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
-    grants = []
+    """The grants of SKILLOS_AUTH_TOKENS; ValueError for a malformed entry, a placeholder token, or a label
+    given twice (or ``open``, open mode's): the op log's writer must name one token."""
+    grants: list[tuple[str, Grant]] = []
     for i, entry in enumerate(p.strip() for p in spec.split(",")):
         if not entry:
             continue
@@ -99,7 +103,10 @@ def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
         refuse_placeholder(parts[0], f"SKILLOS_AUTH_TOKENS entry {i + 1}")
         label = parts[3] if len(parts) == 4 and parts[3] else f"token#{i + 1}"
         if not LABEL.fullmatch(label):
-            raise ValueError(f"auth token entry {i + 1}: its label is 1-64 letters, digits, '.', '_' or '-'")
+            raise ValueError(f"auth token entry {i + 1}: its label is 1-64 letters, digits, '.', '_', '-' or '#'")
+        if label == OPEN.token_label or any(g.token_label == label for _, g in grants):
+            raise ValueError(f"auth token entry {i + 1}: the label {label!r} is taken (open mode's, or an "
+                             "earlier entry's): give each token a label of its own")
         grants.append((parts[0], Grant(parts[1], parts[2] if len(parts) >= 3 and parts[2] else None, label,
                                        caller_id(parts[0]))))
     return grants
@@ -113,6 +120,10 @@ class Authenticator:
         self._grants = parse_tokens(tokens)
         if mode == "tokens" and not self._grants:
             raise ValueError("auth mode 'tokens' needs at least one token in SKILLOS_AUTH_TOKENS")
+        for _, g in self._grants:
+            if g.prefix and g.prefix[-1] not in NAME_SEPARATORS:   # its reach narrowed with prefix_reaches
+                get_logger("auth").warning("auth_prefix_is_a_whole_word", token=g.token_label, prefix=g.prefix,
+                                           reaches=g.reach())
 
     def grant_of(self, caller: str | None) -> Grant | None:
         """The grant a caller (`Grant.caller_id`) holds now: None for a token no longer configured. For work

@@ -1,9 +1,10 @@
 """Credentials left at the value a template ships with: refused at start, not served with.
 
-`k8s/base/kustomization.yaml` and the Helm examples ship ``CHANGE-ME`` for the API token, the token list and
-the database password; a deployment applied without replacing them would run with credentials anyone who
-has read the repository knows. Every process that reads one (`skillos.auth.Authenticator`,
-`skillos.settings.ApiTokenSettings`, `skillos.db.make_engine`) stops with a message naming the setting.
+`k8s/base/kustomization.yaml` ships ``CHANGE-ME`` for the API token, the token list and the database password
+(the Helm examples for an external database and LLM, for their URLs and key): a deployment applied without
+replacing them would run with credentials anyone who has read the repository knows. A process that reads
+one (`skillos.auth.Authenticator`, `skillos.settings.ApiTokenSettings`, `skillos.db.make_engine`: tokens and
+database passwords) stops with a message naming the setting. Redis URLs and LLM keys are not checked.
 """
 
 from __future__ import annotations

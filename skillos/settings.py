@@ -52,12 +52,14 @@ class ApiTokenSettings(CommonSettings):
 
 class InboundAuthSettings(CommonSettings):
     """For a service whose callers reach skill repos through it (the skill repo itself, the executor and
-    its gateway, the curator): who may call it, with the same tokens everywhere (`skillos.auth`)."""
+    its gateway, the curator), and the env servers: who may call it, with the same tokens everywhere
+    (`skillos.auth`)."""
 
     # "open" (no token needed; the embedded default) or "tokens" (SKILLOS_AUTH_TOKENS); checked by
     # `skillos.auth.Authenticator` when the app is built, so a wrong value is a one-line refusal to start
     auth_mode: str = "open"
-    # comma-separated `token:scope[:repo-prefix]`, scope `read` or `rw`, e.g. "s3cret:rw,ro1:read:train-"
+    # comma-separated `token:scope[:repo-prefix[:label]]`, scope `read` or `rw`, e.g. "s3cret:rw,ro1:read:train-";
+    # the label names the token in the op log (default token#<n>)
     auth_tokens: str = ""
 
 

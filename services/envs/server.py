@@ -226,11 +226,12 @@ class SessionManager:
             game.close()
             raise
 
-    def owned(self, session_id: str, grant: Grant) -> Session:
-        """The open session, if ``grant`` opened it (or is an operator's: rw, no prefix); 403 otherwise. A
-        session's steps are an episode's rewards (a trainer's, or an evaluation's): no one else's to take."""
+    def owned(self, session_id: str, grant: Grant, *, step: bool = False) -> Session:
+        """The open session, if ``grant`` opened it, or (to read or close it, not to ``step`` it) is an
+        operator's (rw, no prefix); 403 otherwise. A session's steps are an episode's rewards (a trainer's, or
+        an evaluation's): no one else's to take."""
         session = self.get(session_id)
-        if session.owner != grant.caller_id and not grant.operator:
+        if session.owner != grant.caller_id and (step or not grant.operator):
             raise APIError(403, "forbidden", f"session {session_id} was opened with another token: only that "
                                              "token steps, reads or closes it")
         return session
@@ -253,7 +254,7 @@ class SessionManager:
                                                f"{self.settings.env_session_ttl_s:g}s idle, or never created)")
 
     async def step(self, session_id: str, action: str, grant: Grant = OPEN) -> StepResult:
-        session = self.owned(session_id, grant)
+        session = self.owned(session_id, grant, step=True)
         async with session.lock:
             if session.id not in self.sessions:  # closed or failed while this request waited
                 self.get(session_id)

@@ -249,7 +249,9 @@ def _outcome_message(e: ExecutorError, trajectory: str, url: str) -> str:
         return (f"unknown trajectory {trajectory!r}: the executor has no open trajectory with this id (never "
                 f"started, already closed, or expired) ({e.message})")
     if e.status in (401, 403):
-        return f"the executor refused the outcome: {e.message}"
+        hint = (" (a trajectory's outcome is recorded with the token that opened it: the agent's api_key at the "
+                "gateway must be this server's token)" if "another token" in e.message else "")
+        return f"the executor refused the outcome: {e.message}{hint}"
     if e.status == 409:
         return f"trajectory {trajectory!r} cannot take this outcome: {e.message}"
     return f"the executor answered {e.status} {e.code}: {e.message}"

@@ -107,7 +107,7 @@ def test_user_jsonl_files(tmp_path):
 def test_with_tokens_a_session_is_its_openers(tmp_path):
     """Issue 51: with SKILLOS_AUTH_MODE=tokens an env server needs a token on every route but the probes, and
     a session (its steps are an episode's rewards) is stepped, read and closed by its opener alone; an
-    operator's token (rw, no prefix) sees and may close any."""
+    operator's token (rw, no prefix) sees, reads and may close any, and steps none."""
     env = {"SKILLOS_AUTH_MODE": "tokens", "SKILLOS_AUTH_TOKENS": "ops:rw,alice:read:team-,bob:rw:team-"}
     with run_service(["reasoning"], env=env, tmp_path=tmp_path) as svc, \
             EnvClient(svc.url, token="alice") as alice, EnvClient(svc.url, token="bob") as bob, \
@@ -125,6 +125,9 @@ def test_with_tokens_a_session_is_its_openers(tmp_path):
         assert listed["session_ids"] == [theirs] and listed["count"] == 1
         everything = httpx.get(f"{svc.url}/v1/sessions", headers={"Authorization": "Bearer ops"}).json()
         assert sorted(everything["session_ids"]) == sorted([mine, theirs])
+        with pytest.raises(EnvError) as e:
+            ops.step(mine, "205")                    # an operator reads and closes; the episode is not its own
+        assert e.value.status == 403
         assert alice.step(mine, "205").done          # the opener plays on, with a read token
         assert ops.session(theirs).steps == 0
         ops.close_session(theirs)

@@ -21,6 +21,13 @@ def refused(policy: RequestPolicy, b: dict) -> dict:
 
 def test_the_defaults_pass_openai_requests_and_refuse_the_rest():
     p = RequestPolicy()
+    sent = p.check(body(store=True, metadata={"a": "b"}, modalities=["text"], service_tier="auto", temperature=0))
+    assert sent == body(temperature=0)                                   # dropped, not refused
+    assert refused(p, body(modalities=["text", "audio"]))["param"] == "modalities"
+    assert refused(p, body(ignore_eos=True))["param"] == "ignore_eos"    # no limit: to the end of the context
+    p.check(body(ignore_eos=True, max_tokens=64, min_tokens=8, chat_template_kwargs={"enable_thinking": False}))
+    assert refused(p, body(min_tokens=10**6))["param"] == "min_tokens"
+    assert refused(p, body(chat_template_kwargs={"chat_template": "{{ 7*7 }}"}))["param"] == "chat_template_kwargs"
     p.check(body(temperature=0, max_tokens=4096, tools=[], tool_choice="auto", response_format={"type": "text"},
                  stream=True, stream_options={"include_usage": True}, seed=1, stop=["\n"], logprobs=True,
                  top_logprobs=20, n=1, top_k=5, repetition_penalty=1.1))

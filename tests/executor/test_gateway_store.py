@@ -267,6 +267,8 @@ def test_an_overloaded_judge_defers_idle_trajectories_to_the_next_sweep(tmp_path
 def test_what_a_trajectory_keeps_is_bounded_and_goes_in_time(store_url):
     """Issue 51: the task and skills count toward the byte bound, the task is cut, a trajectory whose first call
     went unanswered is deleted, and ended ones are deleted after the retention, with their calls."""
+    from sqlalchemy import text
+
     from services.executor.gateway.trajectories.store import MAX_TASK_CHARS
 
     store = TrajectoryStore(store_url, max_calls=10, max_bytes=20_000)
@@ -291,6 +293,9 @@ def test_what_a_trajectory_keeps_is_bounded_and_goes_in_time(store_url):
     time.sleep(0.05)
     assert store.purge(0.01) == 1                     # "skilled" is closed (awaiting its curation): kept
     assert store.get("used") is None and store.get("skilled").status == "closed"
+    with store.engine.connect() as c:   # its calls went with it
+        assert c.execute(text("SELECT count(*) FROM gateway_calls WHERE trajectory_id = 'used'")).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM gateway_calls WHERE trajectory_id = 'skilled'")).scalar() == 1
     store.close()
 
 

@@ -26,6 +26,9 @@ def test_token_parsing_refuses_bad_entries():
         Authenticator("sometimes", "")
     with pytest.raises(ValueError, match="label"):
         Authenticator("tokens", "abc:rw:team-:not a label")
+    for spec in ("a:rw::ci,b:read::ci", "a:rw::open", "a:rw,b:read::token#1"):   # one label, one token
+        with pytest.raises(ValueError, match="is taken"):
+            Authenticator("tokens", spec)
 
 
 def test_the_templates_placeholder_credentials_are_refused():

@@ -67,7 +67,8 @@ class Gateway:
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
             curator_retries=settings.gateway_curator_retries,
-            judge=judge if settings.gateway_judge_expired else None, auth=auth, examples=settings.executor_examples,
+            judge=judge if settings.gateway_judge_expired else None,
+            auth=auth or Authenticator(settings.auth_mode, settings.auth_tokens), examples=settings.executor_examples,
             examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s)
 
     def attach(self, app: FastAPI) -> None:

@@ -1,10 +1,13 @@
 """What of a chat request the gateway forwards to its backend: the checks an operator needs before a caller's
 body reaches vLLM or llama-server (issue 51).
 
-A body is forwarded as sent, except that it is refused (400, the field named) where it asks for:
+A body is forwarded as sent, less the OpenAI fields that mean nothing to a self-hosted backend (`DROPPED`:
+``store``, ``metadata``...), except that it is refused (400, the field named) where it asks for:
 - a field outside OpenAI's chat request and the backends' sampling options (`FORWARDED`, plus the operator's
   ``SKILLOS_GATEWAY_EXTRA_FIELDS``): vLLM's ``chat_template`` would run the caller's Jinja on the server,
-  ``prompt_logprobs`` returns a vocabulary's worth of numbers a prompt token;
+  ``prompt_logprobs`` returns a vocabulary's worth of numbers a prompt token; ``chat_template_kwargs`` other
+  than the template's switches (`TEMPLATE_SWITCHES`);
+- ``ignore_eos`` without a token limit, ``min_tokens`` past the bound below;
 - more choices than ``SKILLOS_GATEWAY_MAX_N`` (each is a whole generation; the trajectory records one);
 - more tokens than ``SKILLOS_GATEWAY_MAX_TOKENS`` (an answer that names no limit is left to the backend's
   default, the rest of its context: set one there, vLLM's ``--override-generation-config
@@ -40,6 +43,11 @@ BACKEND_FIELDS = frozenset({
     "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length",
     "dry_penalty_last_n", "repeat_penalty", "repeat_last_n", "cache_prompt"})
 FORWARDED = OPENAI_FIELDS | BACKEND_FIELDS
+# OpenAI fields a client library may send that mean nothing to a self-hosted backend: dropped, not refused
+DROPPED = frozenset({"store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "verbosity"})
+# the chat template's own switches a caller may set: never a template (vLLM took ``chat_template`` from
+# inside chat_template_kwargs before GHSA-6fvq-23cw-5628), nor any other of its variables
+TEMPLATE_SWITCHES = frozenset({"enable_thinking", "thinking"})
 MAX_TOP_LOGPROBS = 20
 # parts whose payload is inline (the backend fetches nothing); every other part type is refused
 TEXT_PARTS = frozenset({"text", "refusal"})
@@ -53,8 +61,12 @@ class RequestPolicy:
     allow_media: bool = False
     extra_fields: frozenset[str] = frozenset()
 
-    def check(self, body: dict[str, Any]) -> None:
-        """Nothing, or an `APIError` 400 naming the field to change."""
+    def check(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body to forward (`DROPPED` fields and ``modalities: ["text"]`` taken out), or an `APIError` 400
+        naming the field to change."""
+        body = {k: v for k, v in body.items() if k not in DROPPED - self.extra_fields}
+        if body.get("modalities") in (["text"], None):
+            body.pop("modalities", None)
         allowed = FORWARDED | self.extra_fields
         unknown = sorted(k for k in body if k not in allowed)
         if unknown:
@@ -65,11 +77,21 @@ class RequestPolicy:
         for field in ("max_tokens", "max_completion_tokens"):
             _bounded(body, field, 1, self.max_tokens, " at this gateway (SKILLOS_GATEWAY_MAX_TOKENS)")
         _bounded(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, "")
+        _bounded(body, "min_tokens", 0, self.max_tokens, " at this gateway (SKILLOS_GATEWAY_MAX_TOKENS)")
+        if body.get("ignore_eos") and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            raise _bad("ignore_eos", "ignore_eos needs max_tokens (at most SKILLOS_GATEWAY_MAX_TOKENS): without a "
+                                     "limit it generates to the end of the backend's context")
+        switches = body.get("chat_template_kwargs")
+        if switches is not None and "chat_template_kwargs" not in self.extra_fields and (
+                not isinstance(switches, dict) or set(switches) - TEMPLATE_SWITCHES):
+            raise _bad("chat_template_kwargs", "chat_template_kwargs may only set "
+                                               + ", ".join(sorted(TEMPLATE_SWITCHES)))
         for i, message in enumerate(body.get("messages") or []):
             content = message.get("content")
             if isinstance(content, list):
                 for j, part in enumerate(content):
                     self._check_part(part, f"messages[{i}].content[{j}]")
+        return body
 
     def _check_part(self, part: Any, where: str) -> None:
         kind = part.get("type") if isinstance(part, dict) else None

@@ -165,10 +165,12 @@ class TokenTurn:
         return self._turn.held
 
     def leave(self) -> None:
-        self._turn.leave()
-        if self._release is not None:
-            self._release()
-            self._release = None
+        try:
+            self._turn.leave()
+        finally:
+            if self._release is not None:
+                release, self._release = self._release, None
+                release()
 
 
 class ChatGateway:
@@ -285,19 +287,18 @@ class ChatGateway:
     async def create(self, req: ChatCompletionRequest, headers, grant: Grant) -> JSONResponse | StreamingResponse:
         start = time.perf_counter()   # the overhead counts the skill search and the store, the costly part
         self.check_model(req.model)
-        sent = req.as_sent()
-        self.policy.check(sent)
+        sent = self.policy.check(req.as_sent())
         messages = sent["messages"]
         # the turn first: a call refused for overload searches nothing and leaves no empty trajectory behind
         turn = await self._turn(req.stream, grant)
         try:
             row = await self.trajectory(headers, messages, req.model, grant)
+            body = {**sent, "model": self.backend_model,
+                    "messages": inject(messages, row.skills, row.task, self.examples, self.examples_chars)}
+            answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
         except BaseException:
             turn.leave()
             raise
-        body = {**sent, "model": self.backend_model,
-                "messages": inject(messages, row.skills, row.task, self.examples, self.examples_chars)}
-        answer_headers = {TRAJECTORY_HEADER: row.id, SKILLS_HEADER: ",".join(s["name"] for s in row.skills)}
         try:
             if req.stream:
                 return await self._stream(body, row, messages, answer_headers, turn)
@@ -343,8 +344,8 @@ class ChatGateway:
     async def _turn(self, stream: bool, grant: Grant) -> Turn | TokenTurn:
         """A turn at the backend (`services.executor.admission`), or 429 with Retry-After: ``overloaded``,
         or ``too_many_requests`` when the caller's token already has its share of calls."""
-        label = grant.token_label
-        bounded = self.max_calls_per_caller > 0 and label != OPEN_GRANT.token_label
+        label = grant.caller_id   # not the label: labels are the operator's free text, and may repeat
+        bounded = self.max_calls_per_caller > 0 and label != OPEN_GRANT.caller_id
         if bounded:
             held = self._per_token.get(label, 0)
             if held >= self.max_calls_per_caller:

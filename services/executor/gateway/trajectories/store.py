@@ -153,7 +153,7 @@ class TrajectoryStore:
         with self.engine.begin() as c:
             c.execute(insert(trajectories).values(
                 id=tid, repo=repo, task=task, model=model, skills=dumped, status=OPEN, created_at=now,
-                updated_at=now, calls=0, bytes=len(task) + len(dumped), seen_messages=0, truncated=False,
+                updated_at=now, calls=0, bytes=len(task.encode()) + len(dumped), seen_messages=0, truncated=False,
                 owner=owner))
 
     def discard_unused(self, tid: str) -> bool:
