@@ -64,14 +64,18 @@ def _check(resp: httpx.Response, what: str) -> httpx.Response:
 
 
 class WeightSync:
-    def __init__(self, cfg: SyncConfig, output_dir: Path, timeout_s: float = 600.0, served=None):
-        """``served``: the `served.ServedPolicy` a llamacpp_lora push restarts (its base GGUF is the adapter's)."""
+    def __init__(self, cfg: SyncConfig, output_dir: Path, timeout_s: float = 600.0, served=None,
+                 api_key: str | None = None):
+        """``served``: the `served.ServedPolicy` a llamacpp_lora push restarts (its base GGUF is the adapter's);
+        ``api_key``: the vLLM server's (`--api-key`, the curator role's SKILLOS_*_LLM_API_KEY): its adapter
+        routes are behind it like the rest of /v1."""
         if cfg.backend == "llamacpp_lora" and served is None:
             raise WeightSyncError("sync.backend=llamacpp_lora needs the served policy (a llama-server to restart)")
         self.cfg, self.served = cfg, served
         self.weights_dir = Path(cfg.weights_dir or output_dir / "served-weights")
         self.base = cfg.vllm_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.last: dict[str, float] = {}   # split of the last push: save_s (disk), http_s (server)
 
     def push(self, model, tokenizer, step: int) -> float:
@@ -124,7 +128,7 @@ class WeightSync:
         model.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
         t1 = time.perf_counter()
         name = self.cfg.adapter_name
-        with httpx.Client(base_url=self.base, timeout=self.timeout_s) as http:
+        with httpx.Client(base_url=self.base, timeout=self.timeout_s, headers=self.headers) as http:
             resp = http.post("/v1/unload_lora_adapter", json={"lora_name": name})
             if resp.status_code >= 500:              # 404/400: not loaded yet (first step, restarted server)
                 _check(resp, f"unloading LoRA adapter {name!r}")
@@ -154,7 +158,7 @@ class WeightSync:
         t0 = time.perf_counter()
         self.export_full(model, tokenizer, state)
         t1 = time.perf_counter()
-        with httpx.Client(base_url=self.base, timeout=self.timeout_s) as http:
+        with httpx.Client(base_url=self.base, timeout=self.timeout_s, headers=self.headers) as http:
             _check(http.post("/collective_rpc", json={"method": "reload_weights"}), "reload_weights")
             resp = _check(http.post("/reset_prefix_cache"), "reset_prefix_cache")
             # vLLM answers {"success": false} while requests still hold cache blocks
