@@ -69,9 +69,16 @@ def test_every_service_has_probes_security_and_resources(values):
         assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["resources"]["requests"]["cpu"]
-        # settings come from the one ConfigMap and the one Secret
+        # settings come from the one ConfigMap and the one Secret; an env server reads only the token list of
+        # it (issue 51: not the database password, not the services' API token)
         refs = {next(iter(ref)) for ref in c["envFrom"]}
-        assert refs == {"configMapRef", "secretRef"}
+        if name in ("alfworld", "webshop", "reasoning"):
+            assert refs == {"configMapRef"}
+            secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+            assert secret == {"SKILLOS_AUTH_TOKENS": {"name": "skillos-secrets", "key": "SKILLOS_AUTH_TOKENS",
+                                                      "optional": True}}
+        else:
+            assert refs == {"configMapRef", "secretRef"}
 
 
 def test_services_select_their_pods_and_hpas_pdbs_point_at_deployments():

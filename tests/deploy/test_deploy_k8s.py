@@ -43,9 +43,16 @@ def test_overlays_wire_the_llm_backend(path, llm_url, gpus):
     # kustomize rewrote every reference to the hashed ConfigMap and Secret names
     secret_name = next(o["metadata"]["name"] for o in objs if o["kind"] == "Secret")
     for dep in (o for o in objs if o["kind"] == "Deployment" and not o["metadata"]["name"].startswith("skillos-vllm")):
-        refs = dep["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        refs, name = c["envFrom"], dep["metadata"]["name"]
         assert {"configMapRef": {"name": config["metadata"]["name"]}} in refs
-        assert {"secretRef": {"name": secret_name}} in refs
+        keyed = {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+        if name in ("skillos-alfworld", "skillos-webshop", "skillos-reasoning"):   # the token list alone
+            assert {"secretRef": {"name": secret_name}} not in refs and keyed == {secret_name}
+        elif name == "skillos-llm":                                                   # no credential at all
+            assert {"secretRef": {"name": secret_name}} not in refs and not keyed
+        else:
+            assert {"secretRef": {"name": secret_name}} in refs
     assert ("nvidia.com/gpu" in str(objs)) is gpus
     backend = {o["metadata"]["name"] for o in objs if o["kind"] == "Service"}
     host = llm_url.split("//")[1].split(":")[0]

@@ -86,6 +86,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* pod-level settings shared by SkillOS pods: env from the ConfigMap and the Secret */}}
+{{- define "skillos.envFromConfig" -}}
+- configMapRef:
+    name: {{ include "skillos.fullname" . }}-config
+{{- end -}}
+
 {{- define "skillos.envFrom" -}}
 - configMapRef:
     name: {{ include "skillos.fullname" . }}-config
