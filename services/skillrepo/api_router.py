@@ -311,7 +311,12 @@ async def op_log(repo: str, svc: Svc, auth: Auth,
                  before: Annotated[int | None, Query(ge=1, le=LOG_ID_MAX, description="entries older than this id")] = None,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> OpLog:
     auth.require(repo)
-    return await _db(svc, svc.op_log, repo, before, limit)
+    log = await _db(svc, svc.op_log, repo, before, limit)
+    if auth.scope != "rw":   # a trajectory id is a handle on a caller's conversation: for the repo's writers
+        for entry in log.entries:
+            if entry.origin is not None and entry.origin.trajectory:
+                entry.origin.trajectory = "(hidden: rw tokens see it)"
+    return log
 
 
 @router.get("/repos/{repo}/index", response_model=IndexStatus,

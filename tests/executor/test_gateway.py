@@ -487,8 +487,15 @@ def test_with_tokens_on_the_gateway_and_the_executor_check_the_callers_repo(embe
             msgs = [{"role": "user", "content": f"Your task is to: {TASK}."}]
             # a token beyond its prefix: 403 before anything is read, recorded or created
             with pytest.raises(openai.PermissionDeniedError) as e:
-                team.chat.completions.create(model=model, messages=msgs, **SMALL)   # the default repo
+                team.chat.completions.create(model=model, messages=msgs, **SMALL,
+                                             extra_headers={"X-SkillOS-Repo": "default"})
             assert e.value.code == "forbidden" and "team-" in e.value.message
+            # without the header a prefixed token plays in its own repo (created on first use), never in the
+            # default repo other tenants' traffic is curated into
+            raw = team.chat.completions.with_raw_response.create(model=model, messages=msgs, **SMALL)
+            own = httpx.get(f"{gw.url}/v1/trajectories/{raw.headers['X-SkillOS-Trajectory']}",
+                            headers=_bearer("team-token"), timeout=30).json()
+            assert own["repo"] == "team-default"
             # a repo the gateway would create on first use: beyond the prefix 403, for a read token 404; neither
             # leaves a repo behind (the gateway creates it with its own token: only for a caller that may write)
             with pytest.raises(openai.PermissionDeniedError):

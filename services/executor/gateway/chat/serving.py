@@ -2,7 +2,8 @@
 
 1. The trajectory: the ``X-SkillOS-Trajectory`` header names an open one, else a new one is opened for
    the conversation's task (the ``X-SkillOS-Task`` header, else its first user message) in the repo of
-   ``X-SkillOS-Repo`` (else the default repo, created when missing), with the top-k skills for the task.
+   ``X-SkillOS-Repo`` (else the default repo, or a prefixed token's own: `default_repo_of`; created when
+   missing), with the top-k skills for the task.
    A trajectory keeps its skills: every call of it sees the same ones (and a backend's prompt cache
    keeps them).
 2. The skills go in as one system message, written as the executor writes them
@@ -48,8 +49,8 @@ from services.executor.gateway.errors import gateway_error, openai_error
 from services.executor.gateway.trajectories.owner import require_owner
 from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
 from skillos.acting.prompt import skills_block
+from skillos.auth import NAME_SEPARATORS, Grant
 from skillos.auth import OPEN as OPEN_GRANT
-from skillos.auth import Grant
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.errors import APIError
 from skillos.llm import LLMSettings
@@ -229,6 +230,16 @@ class ChatGateway:
                 raise gateway_error(e.status if 400 <= e.status < 500 else 502, e.code,
                                     f"skill repo: cannot create repo {repo!r}: {e.message}", param=REPO_HEADER) from e
 
+    def default_repo_of(self, grant: Grant) -> str:
+        """The repo of a call without ``X-SkillOS-Repo``: the default repo for a token that reaches every repo;
+        a token limited to a prefix gets its own (the prefix's repo: ``acme`` for ``acme``,
+        ``team-default`` for ``team-``), never a repo that other tenants' traffic is curated into."""
+        if grant.prefix is None:
+            return self.default_repo
+        if grant.prefix[-1] in NAME_SEPARATORS:
+            return grant.prefix + self.default_repo
+        return grant.prefix
+
     async def trajectory(self, headers, messages: list[dict[str, Any]], model: str, grant: Grant) -> TrajectoryRow:
         """The call's trajectory: the one named by its header, or a new one in the repo of its header.
         The caller's token must reach that repo (read: its skills are what the answer is made with)."""
@@ -244,7 +255,7 @@ class ChatGateway:
                                     f"trajectory {tid!r} is {row.status}: start a new one (send no "
                                     f"{TRAJECTORY_HEADER} header)", param=TRAJECTORY_HEADER)
             return row
-        repo = headers.get(REPO_HEADER) or self.default_repo
+        repo = headers.get(REPO_HEADER) or self.default_repo_of(grant)
         if not re.match(REPO_NAME_PATTERN, repo):   # stored with the trajectory and curated into later
             raise gateway_error(400, "invalid_repo", f"{REPO_HEADER} {repo[:200]!r} is not a repo name: 1-128 "
                                 "letters, digits, '.', '_' or '-', starting with a letter or digit", param=REPO_HEADER)
