@@ -17,6 +17,11 @@ the skill's examples, also across a rename, and a delete drops them. Content can
 is refused none is applied and the valid ops say ``batch_aborted``; non-atomic batches apply every
 valid op. The curator sends its decisions non-atomically (`skillos.curation.ATOMIC`, and why there).
 
+An insert's or update's content carrying what no procedure needs (`skillos.curation.scan`: URLs, hosts,
+requests for credentials or the conversation, instructions about instructions) is refused
+(``flagged_content``), and such a worked example is not kept: ops are the curator's path from traffic to
+skills every caller is served (SKILLOS_OPS_CONTENT_SCAN=false turns it off; REST writes are not scanned).
+
 Invariant: an op is refused before it writes anything (every check precedes the first write), so a
 refused op leaves the transaction as it found it; `apply_ops` of a lone op needs no savepoint.
 """
@@ -29,11 +34,12 @@ from typing import Any
 from services.skillrepo.examples import merged
 from services.skillrepo.store import WriteTx
 from skillos.curation.ops import OP_NAMES, required
+from skillos.curation.scan import flags
 from skillos.protocol.skillrepo import Op, OpOutcome
 from skillos.skills import SkillDoc, SkillFormatError, normalize_name, skill_from_call
 from skillos.textguard import MAX_JSON_DEPTH as _MAX_ARGS_DEPTH
 from skillos.textguard import check_value
-from skillos.worked_examples import WorkedExample
+from skillos.worked_examples import WorkedExample, render
 
 
 class Refused(Exception):
@@ -79,16 +85,30 @@ def _existing(tx: WriteTx, raw: str) -> str:
 
 
 def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExample | None) -> str | None:
-    """Set ``doc``'s examples: ``kept`` with ``example`` merged in; merge's verdict (None: no example)."""
+    """Set ``doc``'s examples: ``kept`` with ``example`` merged in; merge's verdict (None: no example). An
+    example carrying what no procedure needs (`skillos.curation.scan`) is not kept: it would be served to
+    every later caller of the repo."""
     doc.examples = kept
     if example is None:
         return None
+    if found := flags(render(example)):
+        return f"not kept: flagged ({', '.join(found)})"
     doc.examples, verdict = merged(kept, example)
     return verdict
 
 
-def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int,
-               example: WorkedExample | None) -> tuple[str, int, str, str | None]:
+def _scanned(doc: SkillDoc, scan: bool) -> SkillDoc:
+    """``doc``, or `Refused` ``flagged_content`` when ``scan`` and it carries what no procedure needs."""
+    if scan and (found := flags(f"{doc.name}\n{doc.description}\n{doc.body}")):
+        raise Refused("flagged_content", f"the skill carries {', '.join(found)}, which no procedure needs: a skill "
+                                         "written from traffic is served to every caller of the repo, so it is "
+                                         "not written (write it by hand through the REST API if it is meant)",
+                      doc.name)
+    return doc
+
+
+def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample | None,
+               scan: bool = True) -> tuple[str, int, str, str | None]:
     """(skill name, version, message, what became of ``example``) of an applied op; raises `Refused`."""
     if op.name not in OP_NAMES:
         raise Refused("unknown_op", f"unknown op {op.name!r}: use one of {', '.join(OP_NAMES)}")
@@ -97,7 +117,7 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int,
         _required(args, key)
     try:
         if op.name == "new_skill_insert":
-            doc = skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes)
+            doc = _scanned(skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes), scan)
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
@@ -121,7 +141,7 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int,
         if target != name and tx.exists(target):
             raise Refused("skill_exists", f"cannot rename {name!r} to {target!r}: that skill already exists", name)
         if new_content is not None:
-            doc = skill_from_call(target, new_content, max_body_bytes=max_body_bytes)
+            doc = _scanned(skill_from_call(target, new_content, max_body_bytes=max_body_bytes), scan)
             kept = tx.examples(name)
         else:
             cur = tx.get(name)
@@ -140,13 +160,14 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int,
 
 
 def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int,
-              example: WorkedExample | None = None) -> tuple[bool, list[OpOutcome]]:
+              example: WorkedExample | None = None, scan: bool = True) -> tuple[bool, list[OpOutcome]]:
     """Apply ``ops`` in ``tx``, ``example`` kept with the skills they write; returns (every op applied,
-    verdicts). The caller rolls back on an atomic refusal."""
+    verdicts). ``scan``: refuse content that no procedure needs (`skillos.curation.scan`). The caller rolls
+    back on an atomic refusal."""
     verdicts: list[OpOutcome] = []
     for i, op in enumerate(ops):
         try:
-            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example)
+            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example, scan)
             verdicts.append(OpOutcome(index=i, name=op.name, status="applied", message=message,
                                       skill_name=name, version=version, example=kept))
         except Refused as r:

@@ -534,10 +534,12 @@ class SkillRepoService:
                     return result
             if len(req.ops) == 1:
                 # a refused op writes nothing (ops.py), so a lone op needs no savepoint to undo
-                ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example)
+                ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
+                                         self.settings.ops_content_scan)
             else:
                 with tx.savepoint() as undo:
-                    ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example)
+                    ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
+                                         self.settings.ops_content_scan)
                     if not ok and req.atomic:
                         undo()
             result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)

@@ -33,6 +33,9 @@ class SkillRepoSettings(InboundAuthSettings):
     max_body_bytes: int = 64 * 1024          # one skill's Markdown body
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request (imports are the big ones)
     max_ops_per_batch: int = 64
+    # refuse a curator op whose skill carries what no procedure needs (URLs, hosts, requests for credentials or
+    # the conversation, instructions about instructions: skillos.curation.scan), and keep no such worked example
+    ops_content_scan: bool = True
     max_search_k: int = 100
     max_query_chars: int = 4096
 
