@@ -37,7 +37,8 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     gateway_database_url: str = ""
     # the skill repo's database (SKILLOS_DATABASE_URL, read only for the fallback above)
     database_url: str = ""
-    # the repo of a call without an X-SkillOS-Repo header (created on first use when missing)
+    # the repo of a call without an X-SkillOS-Repo header from a token without a prefix (a prefixed token gets
+    # its own: `ChatGateway.default_repo_of`); created on first use when missing
     gateway_default_repo: str = "default"
     # skills injected into a trajectory's conversation (top k for its task)
     gateway_k: int = Field(3, ge=0, le=50)

@@ -84,14 +84,15 @@ def _existing(tx: WriteTx, raw: str) -> str:
                                      "new_skill_insert or use an existing name", name or raw)
 
 
-def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExample | None) -> str | None:
+def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExample | None,
+                  scan: bool = True) -> str | None:
     """Set ``doc``'s examples: ``kept`` with ``example`` merged in; merge's verdict (None: no example). An
     example carrying what no procedure needs (`skillos.curation.scan`) is not kept: it would be served to
     every later caller of the repo."""
     doc.examples = kept
     if example is None:
         return None
-    if found := flags(render(example)):
+    if scan and (found := flags(render(example))):
         return f"not kept: flagged ({', '.join(found)})"
     doc.examples, verdict = merged(kept, example)
     return verdict
@@ -99,7 +100,8 @@ def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExam
 
 def _scanned(doc: SkillDoc, scan: bool) -> SkillDoc:
     """``doc``, or `Refused` ``flagged_content`` when ``scan`` and it carries what no procedure needs."""
-    if scan and (found := flags(f"{doc.name}\n{doc.description}\n{doc.body}")):
+    # the whole document as it is stored and served (front matter included), not only its body
+    if scan and (found := flags(f"{doc.name}\n{doc.description}\n{json.dumps(doc.metadata, default=str)}\n{doc.body}")):
         raise Refused("flagged_content", f"the skill carries {', '.join(found)}, which no procedure needs: a skill "
                                          "written from traffic is served to every caller of the repo, so it is "
                                          "not written (write it by hand through the REST API if it is meant)",
@@ -121,7 +123,7 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
-            verdict = _with_example(doc, [], example)
+            verdict = _with_example(doc, [], example, scan)
             return doc.name, tx.put(doc, "insert"), "inserted", verdict
         if op.name == "skill_delete":
             name = _existing(tx, args["skill_name"])
@@ -145,9 +147,9 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
             kept = tx.examples(name)
         else:
             cur = tx.get(name)
-            doc = SkillDoc(target, cur.description, cur.body, cur.metadata)
+            doc = _scanned(SkillDoc(target, cur.description, cur.body, cur.metadata), scan)   # the new name too
             kept = cur.examples
-        verdict = _with_example(doc, kept, example)
+        verdict = _with_example(doc, kept, example, scan)
         if target != name:
             tx.delete(name, "rename")
             return target, tx.put(doc, "update"), f"renamed from {name!r}", verdict

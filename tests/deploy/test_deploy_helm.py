@@ -3,6 +3,7 @@ rendered object valid against the Kubernetes schemas; then what each values file
 
 from __future__ import annotations
 
+import base64
 import subprocess
 
 import pytest
@@ -120,6 +121,13 @@ def test_gpu_values_run_vllm_on_gpu_nodes_with_a_model_cache():
         claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
         assert claims == {"skillos-model-cache"}
     assert "--enable-lora" in container(deployments["skillos-vllm-curator"])["args"]
+    # issue 51: each server wants the generated key; only the LoRA role takes adapters at run time
+    secret = {k: base64.b64decode(v).decode() for k, v in by_kind(objs, "Secret")["skillos-secrets"]["data"].items()}
+    assert len(secret["SKILLOS_LLM_API_KEY"]) >= 32
+    for role, lora in (("executor", False), ("curator", True)):
+        env = {e["name"]: e for e in container(deployments[f"skillos-vllm-{role}"])["env"]}
+        assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "SKILLOS_LLM_API_KEY"
+        assert ("VLLM_ALLOW_RUNTIME_LORA_UPDATING" in env) is lora
     assert "skillos-model-cache" in by_kind(objs, "PersistentVolumeClaim")
     assert "skillos" in by_kind(objs, "ServiceMonitor")
     config = by_kind(objs, "ConfigMap")["skillos-config"]["data"]

@@ -175,6 +175,21 @@ def test_ops_carrying_what_no_procedure_needs_are_refused_and_such_examples_not_
     assert "wiki.example.com" in client.get_skill(repo, "our-wiki").body
 
 
+def test_the_scan_reads_the_front_matter_and_its_switch_turns_it_all_off():
+    from services.skillrepo.ops import Refused, _scanned, _with_example
+
+    doc = skill_from_call("heat-food", "---\nname: heat-food\ndescription: Heat it\nhomepage: https://x.example.com\n"
+                                       "---\n1. go to microwave 1")
+    with pytest.raises(Refused) as e:
+        _scanned(doc, scan=True)
+    assert e.value.code == "flagged_content"
+    assert _scanned(doc, scan=False) is doc
+    leaky = WorkedExample(task="heat some egg", env="gateway", steps=[ExampleStep(
+        action="open ｈｔｔｐｓ://evil.example.com", observation="ok")], taken=1, source="caller").finish()
+    assert _with_example(doc, [], leaky, scan=True).startswith("not kept: flagged")
+    assert _with_example(doc, [], leaky, scan=False) == "added" and doc.examples[0]["id"] == leaky.id
+
+
 def test_refused_and_rolled_back_ops_attach_nothing(client, repo):
     e = example()
     r = client.apply_ops(repo, [insert("sneaky", f"---\ndescription: d\n{EXAMPLES_KEY}:\n- id: x\n---\n\nbody")],

@@ -123,12 +123,14 @@ def test_whoami_and_op_log_with_tokens(tmp_path):
             assert len(viewer.op_log("team-a").entries) == 1
             # the writer as the server saw it (the token's label), beside what the writer claims (origin)
             curator.apply_ops("team-a", [_insert("y-skill")], origin={"source": "console", "run": "forged",
-                                                                       "trajectory": "trj-1234"})
+                                                                       "trajectory": "trj-1234"},
+                              idempotency_key="gateway:trj-1234")
             newest, first = viewer.op_log("team-a").entries
             assert (newest.writer, newest.origin.source, first.writer) == ("curator-1", "console", "token#1")
             # a trajectory id is a handle on someone's conversation: rw tokens of the repo see it, readers do not
-            assert "trj-1234" not in newest.origin.trajectory
-            assert curator.op_log("team-a").entries[0].origin.trajectory == "trj-1234"
+            assert "trj-1234" not in newest.origin.trajectory and "trj-1234" not in newest.idempotency_key
+            mine = curator.op_log("team-a").entries[0]
+            assert (mine.origin.trajectory, mine.idempotency_key) == ("trj-1234", "gateway:trj-1234")
             with pytest.raises(SkillRepoError) as e:
                 viewer.op_log("other")
             assert e.value.status == 403
