@@ -49,6 +49,15 @@ def prefix_reaches(prefix: str | None, name: str) -> bool:
     return len(name) == len(prefix) or prefix[-1] in NAME_SEPARATORS or name[len(prefix)] in NAME_SEPARATORS
 
 
+def default_repo_for(prefix: str | None, default: str) -> str:
+    """The repo a caller works in when it names none: ``default`` for a token that reaches every repo; for a
+    token limited to a prefix, one of its own (``acme`` for ``acme``, ``team-default`` for ``team-``), never
+    the shared repo other tenants' traffic is curated into (the gateway, the MCP server)."""
+    if prefix is None:
+        return default
+    return prefix + default if prefix[-1] in NAME_SEPARATORS else prefix
+
+
 @dataclass(frozen=True)
 class Grant:
     scope: str                  # "read" or "rw"

@@ -318,8 +318,11 @@ def test_tokens_as_the_skill_repo_has_them(tokens_skillrepo, tokens_http_mcp, to
             r = await c.call_tool("record_outcome", {"trajectory": tid, "success": True})
             assert r.is_error and "read-only" in text_of(r) and executor.state(tid)["status"] == "open"
         async with connect("http", http_url=tokens_http_mcp, token="ptok") as c:  # rw, repos team-* only
-            r = await c.call_tool("get_skill", {"name": "heat-object"})
+            r = await c.call_tool("get_skill", {"name": "heat-object", "repo": "default"})
             assert r.is_error and "only reaches repos starting with 'team-'" in text_of(r)
+            # naming no repo, a prefixed token works in its own (as at the gateway), not the shared default
+            r = await c.call_tool("search_skills", {"query": "heat a mug"})
+            assert r.is_error and "team-default" in text_of(r), text_of(r)
         async with connect("http", http_url=tokens_http_mcp, token="wtok") as c:
             # the caller's token goes on to the executor, which has tokens on too: closed with it
             r = await c.call_tool("record_outcome", {"trajectory": tid, "success": True})

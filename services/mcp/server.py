@@ -22,6 +22,7 @@ wrong, never a crash of the server.
 # No `from __future__ import annotations`: the SDK reads the tools' parameter annotations (their limits
 # come from the settings, local to build_server) when they are registered.
 import json
+import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -34,6 +35,7 @@ from pydantic import Field
 
 from services.mcp.settings import MCPSettings
 from skillos import __version__
+from skillos.auth import default_repo_for
 from skillos.clients.executor import AsyncExecutorClient, ExecutorError
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.protocol.skillrepo import REPO_NAME_PATTERN
@@ -102,6 +104,7 @@ class SkillOSMCP:
         self.settings, self.transport = settings, transport
         self.auth = _Auth(transport, settings.api_token)
         self.repo = AsyncSkillRepoClient(settings.skillrepo_url, timeout=settings.mcp_upstream_timeout_s)
+        self._prefixes: dict[str | None, tuple[str | None, float]] = {}   # token -> (its prefix, when asked)
 
     # ------------------------------------------------------------------ upstream calls and their errors
     def _client(self, headers: Any, error: Callable[[str], Exception] = ToolError) -> AsyncSkillRepoClient:
@@ -112,8 +115,31 @@ class SkillOSMCP:
         except BadAuthorization as e:
             raise error(str(e)) from None
 
-    def _repo_name(self, repo: str | None) -> str:
-        return repo or self.settings.mcp_default_repo
+    async def _repo_name(self, repo: str | None, headers: Any) -> str:
+        """The repo named, else the caller's default (`skillos.auth.default_repo_for` of its token's prefix, as
+        the gateway's: a prefixed token's own repo, not the shared one)."""
+        if repo:
+            return repo
+        return default_repo_for(await self._prefix(headers), self.settings.mcp_default_repo)
+
+    async def _prefix(self, headers: Any) -> str | None:
+        """The caller's repo prefix (the skill repo's whoami, kept a minute a token); None when it cannot be
+        asked: the call that follows reports why."""
+        try:
+            token = self.auth.token(headers)
+        except BadAuthorization:
+            return None
+        kept = self._prefixes.get(token)
+        if kept is not None and time.monotonic() - kept[1] < 60:
+            return kept[0]
+        try:
+            prefix = (await self.repo.with_token(token).whoami()).prefix
+        except SkillRepoError:
+            return None
+        if len(self._prefixes) > 1024:
+            self._prefixes.clear()
+        self._prefixes[token] = (prefix, time.monotonic())
+        return prefix
 
     def _repo_message(self, e: SkillRepoError) -> str:
         if e.status == 0:
@@ -143,7 +169,7 @@ class SkillOSMCP:
         return result
 
     async def search_skills(self, query: str, k: int, repo: str | None, mode: str, headers: Any) -> dict:
-        repo = self._repo_name(repo)
+        repo = await self._repo_name(repo, headers)
         if not query.strip():
             raise ToolError("query is empty: pass the task's text")
         try:
@@ -156,7 +182,7 @@ class SkillOSMCP:
                            for h in hits]}
 
     async def get_skill(self, name: str, repo: str | None, headers: Any) -> dict:
-        repo = self._repo_name(repo)
+        repo = await self._repo_name(repo, headers)
         try:
             skill = await self._client(headers).get_skill(repo, name)
         except SkillRepoError as e:
@@ -219,7 +245,7 @@ class SkillOSMCP:
         from mcp.shared.exceptions import MCPError
         from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-        repo = self.settings.mcp_default_repo
+        repo = await self._repo_name(None, headers)
         client = self._client(headers, lambda m: MCPError(code=INVALID_PARAMS, message=m))
         try:
             page = await client.list_skills_page(repo, limit=self.settings.mcp_page_size, after=cursor or None)

@@ -51,8 +51,8 @@ from services.executor.gateway.errors import gateway_error, openai_error
 from services.executor.gateway.trajectories.owner import require_owner
 from services.executor.gateway.trajectories.store import OPEN, TrajectoryRow, TrajectoryStore
 from skillos.acting.prompt import skills_block
-from skillos.auth import NAME_SEPARATORS, Grant
 from skillos.auth import OPEN as OPEN_GRANT
+from skillos.auth import Grant, default_repo_for
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.curation.scan import normalized
 from skillos.errors import APIError
@@ -270,14 +270,8 @@ class ChatGateway:
                                     f"skill repo: cannot create repo {repo!r}: {e.message}", param=REPO_HEADER) from e
 
     def default_repo_of(self, grant: Grant) -> str:
-        """The repo of a call without ``X-SkillOS-Repo``: the default repo for a token that reaches every repo;
-        a token limited to a prefix gets its own (the prefix's repo: ``acme`` for ``acme``,
-        ``team-default`` for ``team-``), never a repo that other tenants' traffic is curated into."""
-        if grant.prefix is None:
-            return self.default_repo
-        if grant.prefix[-1] in NAME_SEPARATORS:
-            return grant.prefix + self.default_repo
-        return grant.prefix
+        """The repo of a call without ``X-SkillOS-Repo`` (`skillos.auth.default_repo_for`)."""
+        return default_repo_for(grant.prefix, self.default_repo)
 
     async def trajectory(self, headers, messages: list[dict[str, Any]], model: str, grant: Grant) -> TrajectoryRow:
         """The call's trajectory: the one named by its header, or a new one in the repo of its header.
