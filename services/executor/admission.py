@@ -59,11 +59,20 @@ class Overloaded(Exception):
         return APIError(429, "overloaded", str(self), headers={"Retry-After": str(self.retry_after_s)})
 
 
-class Turn:
-    """An admitted call's place at the backend; `leave` gives it back (once, however often it is called)."""
+class CallerBusy(Exception):
+    """The caller already has its share of calls waiting or at the backend (`Admission.enter`'s ``share``)."""
 
-    def __init__(self, admission: Admission):
-        self._admission, self.started = admission, time.perf_counter()
+    def __init__(self, held: int):
+        super().__init__(f"this token has {held} calls waiting or at the backend, the most one caller may")
+        self.held = held
+
+
+class Turn:
+    """An admitted call's place at the backend (and its caller's share); `leave` gives both back (once,
+    however often it is called)."""
+
+    def __init__(self, admission: Admission, caller: str | None = None):
+        self._admission, self.started, self.caller = admission, time.perf_counter(), caller
 
     @property
     def held(self) -> bool:
@@ -71,8 +80,11 @@ class Turn:
 
     def leave(self) -> None:
         if self._admission is not None:
-            self._admission._leave(self.started)
-            self._admission = None
+            admission, self._admission = self._admission, None
+            try:
+                admission._leave(self.started)
+            finally:
+                admission._release(self.caller)
 
 
 class Admission:
@@ -84,6 +96,7 @@ class Admission:
         self.in_flight = 0
         self._waiters: deque[asyncio.Future] = deque()
         self._call_s = 1.0   # a moving average of how long an admitted call holds its turn
+        self._by_caller: dict[str, int] = {}   # calls waiting or admitted, of the callers that have a share
         LIMIT.set(self.limit)
 
     @property
@@ -97,9 +110,35 @@ class Admission:
     def _room(self) -> bool:
         return self.in_flight < max(1, int(self.limit))
 
-    async def enter(self, route: str) -> Turn:
+    async def enter(self, route: str, caller: str | None = None, share: int = 0) -> Turn:
         """Wait for a turn and return it (`Turn.leave` when the call is done). Raises `Overloaded` after
-        ``wait_s``; a caller cancelled while waiting takes no turn."""
+        ``wait_s``; a caller cancelled while waiting takes no turn. With a ``caller`` and a ``share`` > 0, that
+        caller holds at most ``share`` calls waiting or admitted: one more raises `CallerBusy` at once (so that
+        no caller holds every turn)."""
+        if caller is not None and share > 0:
+            held = self._by_caller.get(caller, 0)
+            if held >= share:
+                REJECTED.labels(route).inc()
+                raise CallerBusy(held)
+            self._by_caller[caller] = held + 1
+        else:
+            caller = None
+        try:
+            return await self._enter(route, caller)
+        except BaseException:
+            self._release(caller)
+            raise
+
+    def _release(self, caller: str | None) -> None:
+        if caller is None:
+            return
+        left = self._by_caller.get(caller, 0) - 1
+        if left > 0:
+            self._by_caller[caller] = left
+        else:
+            self._by_caller.pop(caller, None)
+
+    async def _enter(self, route: str, caller: str | None) -> Turn:
         asked = time.perf_counter()
         if self._room() and not self._waiters:
             self.in_flight += 1
@@ -129,7 +168,7 @@ class Admission:
                 WAITING.dec()
         WAIT_SECONDS.observe(time.perf_counter() - asked)
         IN_FLIGHT.set(self.in_flight)
-        return Turn(self)
+        return Turn(self, caller)
 
     def _leave(self, started: float) -> None:
         took = time.perf_counter() - started

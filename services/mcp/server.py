@@ -38,7 +38,7 @@ from skillos import __version__
 from skillos.auth import default_repo_for
 from skillos.clients.executor import AsyncExecutorClient, ExecutorError
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
-from skillos.protocol.skillrepo import REPO_NAME_PATTERN
+from skillos.protocol.skillrepo import REPO_NAME_PATTERN, TokenInfo
 
 Transport = Literal["stdio", "http"]
 
@@ -104,7 +104,7 @@ class SkillOSMCP:
         self.settings, self.transport = settings, transport
         self.auth = _Auth(transport, settings.api_token)
         self.repo = AsyncSkillRepoClient(settings.skillrepo_url, timeout=settings.mcp_upstream_timeout_s)
-        self._prefixes: dict[str | None, tuple[str | None, float]] = {}   # token -> (its prefix, when asked)
+        self._whoamis: dict[str | None, tuple[TokenInfo, float]] = {}   # token -> (its whoami, when asked)
 
     # ------------------------------------------------------------------ upstream calls and their errors
     def _client(self, headers: Any, error: Callable[[str], Exception] = ToolError) -> AsyncSkillRepoClient:
@@ -123,23 +123,23 @@ class SkillOSMCP:
         return default_repo_for(await self._prefix(headers), self.settings.mcp_default_repo)
 
     async def _prefix(self, headers: Any) -> str | None:
-        """The caller's repo prefix (the skill repo's whoami, kept a minute a token); None when it cannot be
-        asked: the call that follows reports why."""
+        """The caller's repo prefix; None when it cannot be asked: the call that follows reports why."""
         try:
-            token = self.auth.token(headers)
-        except BadAuthorization:
+            return (await self._whoami(self.auth.token(headers))).prefix
+        except (BadAuthorization, SkillRepoError):
             return None
-        kept = self._prefixes.get(token)
+
+    async def _whoami(self, token: str | None) -> TokenInfo:
+        """What the skill repo says this token may do, kept a minute a token (a tool call that names no repo,
+        and an outcome, both ask); raises `SkillRepoError`."""
+        kept = self._whoamis.get(token)
         if kept is not None and time.monotonic() - kept[1] < 60:
             return kept[0]
-        try:
-            prefix = (await self.repo.with_token(token).whoami()).prefix
-        except SkillRepoError:
-            return None
-        if len(self._prefixes) > 1024:
-            self._prefixes.clear()
-        self._prefixes[token] = (prefix, time.monotonic())
-        return prefix
+        info = await self.repo.with_token(token).whoami()
+        if len(self._whoamis) > 1024:
+            self._whoamis.clear()
+        self._whoamis[token] = (info, time.monotonic())
+        return info
 
     def _repo_message(self, e: SkillRepoError) -> str:
         if e.status == 0:
@@ -209,7 +209,7 @@ class SkillOSMCP:
         """An outcome ends in writes to the repo (the curator's ops): refuse a read-only token here, as the
         skill repo would. A skill repo that cannot be asked leaves the decision to the executor."""
         try:
-            info = await self.repo.with_token(token).whoami()
+            info = await self._whoami(token)
         except SkillRepoError as e:
             if e.status in (401, 403):
                 raise self.tool_error(e) from None

@@ -313,11 +313,12 @@ async def op_log(repo: str, svc: Svc, auth: Auth,
     auth.require(repo)
     log = await _db(svc, svc.op_log, repo, before, limit)
     if auth.scope != "rw":   # a trajectory id (the origin's, or in the gateway's idempotency key) names a
-        for entry in log.entries:   # caller's conversation: for the repo's writers
+        hidden = "(hidden: rw tokens see it)"   # caller's conversation: for the repo's writers
+        for entry in log.entries:
             if entry.origin is not None and entry.origin.trajectory:
-                entry.origin.trajectory = "(hidden: rw tokens see it)"
+                entry.origin.trajectory = hidden
             if entry.idempotency_key:
-                entry.idempotency_key = "(hidden: rw tokens see it)"
+                entry.idempotency_key = hidden
     return log
 
 

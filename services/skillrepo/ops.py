@@ -101,7 +101,8 @@ def _with_example(doc: SkillDoc, kept: list[dict[str, Any]], example: WorkedExam
 def _scanned(doc: SkillDoc, scan: bool) -> SkillDoc:
     """``doc``, or `Refused` ``flagged_content`` when ``scan`` and it carries what no procedure needs."""
     # the whole document as it is stored and served (front matter included), not only its body
-    if scan and (found := flags(f"{doc.name}\n{doc.description}\n{json.dumps(doc.metadata, default=str)}\n{doc.body}")):
+    served = f"{doc.name}\n{doc.description}\n{json.dumps(doc.metadata, default=str)}\n{doc.body}"
+    if scan and (found := flags(served)):
         raise Refused("flagged_content", f"the skill carries {', '.join(found)}, which no procedure needs: a skill "
                                          "written from traffic is served to every caller of the repo, so it is "
                                          "not written (write it by hand through the REST API if it is meant)",
@@ -119,7 +120,8 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
         _required(args, key)
     try:
         if op.name == "new_skill_insert":
-            doc = _scanned(skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes), scan)
+            doc = skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes)
+            doc = _scanned(doc, scan)
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)

@@ -205,8 +205,8 @@ class Trainer:
                 metrics.truncate_after(step)
                 log.info("resumed", step=step, sampler=str(sampler.state))
         served = served_policy(cfg, self.out) if cfg.sync.backend == "llamacpp_lora" else None
-        sync = WeightSync(cfg.sync, self.out, served=served,
-                          api_key=LLMSettings.for_role("curator").api_key if cfg.sync.backend.startswith("vllm") else None)
+        vllm_key = LLMSettings.for_role("curator").api_key if cfg.sync.backend.startswith("vllm") else None
+        sync = WeightSync(cfg.sync, self.out, served=served, api_key=vllm_key)
         inprocess = cfg.sync.backend == "inprocess"
         if not inprocess:
             # the server must serve this policy from the first rollout on: it may hold the initial

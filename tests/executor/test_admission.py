@@ -115,3 +115,31 @@ def test_the_limit_shrinks_while_calls_are_slow_and_grows_back_while_they_are_qu
 
     low, high, busy = asyncio.run(go())
     assert 1 <= low < 4 and low < high <= 8 and busy == 0
+
+
+def test_a_callers_share_bounds_its_calls_waiting_or_admitted_and_comes_back_with_the_turn():
+    """The gateway's per-token bound (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER) lives here: a caller past its share
+    is refused at once, another caller is not, and the share comes back when a turn is left or a wait fails."""
+    from services.executor.admission import CallerBusy
+
+    async def go():
+        adm = Admission(1, wait_s=0.1)
+        first = await adm.enter("chat", "tok-a", 2)
+        with pytest.raises(Overloaded):                      # waits past wait_s: its share comes back
+            await adm.enter("chat", "tok-a", 2)
+        with pytest.raises(Overloaded):                      # another caller has its own share (and waits)
+            await adm.enter("chat", "tok-b", 2)
+        waiting = asyncio.ensure_future(adm.enter("chat", "tok-a", 2))
+        await asyncio.sleep(0)
+        with pytest.raises(CallerBusy) as busy:              # one admitted, one waiting: the share of 2 is held
+            await adm.enter("chat", "tok-a", 2)
+        assert busy.value.held == 2
+        first.leave()
+        second = await waiting
+        assert second.caller == "tok-a"
+        second.leave()
+        second.leave()                                       # once only
+        return adm
+
+    adm = asyncio.run(go())
+    assert adm.in_flight == 0 and adm._by_caller == {}

@@ -17,7 +17,8 @@ _ERRORS = {code: {"model": OpenAIErrorResponse} for code in (400, 401, 403, 404,
              summary="OpenAI chat completion with the top-k skills of the conversation's task (SSE with stream)")
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, auth: Auth):
     """Headers in: ``X-SkillOS-Repo`` (else the default repo; a token limited to a prefix: its own),
-    ``X-SkillOS-Task`` (else the first user message), ``X-SkillOS-Trajectory`` (a trajectory's later calls). Headers out: ``X-SkillOS-Trajectory``,
-    ``X-SkillOS-Skills`` (the injected skills' names, comma-separated). With auth on, the token
-    (``api_key`` of the openai client) must reach the repo: 401 without a known token, 403 beyond its repos."""
+    ``X-SkillOS-Task`` (else the first user message), ``X-SkillOS-Trajectory`` (a trajectory's later calls).
+    Headers out: ``X-SkillOS-Trajectory``, ``X-SkillOS-Skills`` (the injected skills' names, comma-separated).
+    With auth on, the token (``api_key`` of the openai client) must reach the repo: 401 without a known token,
+    403 beyond its repos."""
     return await request.app.state.gateway.create(body, request.headers, auth)

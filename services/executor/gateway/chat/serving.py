@@ -37,7 +37,7 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import Counter, Histogram
 
-from services.executor.admission import Admission, Overloaded, Turn
+from services.executor.admission import Admission, CallerBusy, Overloaded, Turn
 from services.executor.gateway.chat.policy import RequestPolicy
 from services.executor.gateway.chat.protocol import (
     REPO_HEADER,
@@ -194,25 +194,6 @@ class _Accumulated:
         return out
 
 
-class TokenTurn:
-    """A turn that also gives its token's share back when it is left (once, however often)."""
-
-    def __init__(self, turn: Turn, release):
-        self._turn, self._release = turn, release
-
-    @property
-    def held(self) -> bool:
-        return self._turn.held
-
-    def leave(self) -> None:
-        try:
-            self._turn.leave()
-        finally:
-            if self._release is not None:
-                release, self._release = self._release, None
-                release()
-
-
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
@@ -222,7 +203,6 @@ class ChatGateway:
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.policy = policy or RequestPolicy()
         self.max_calls_per_caller = max_calls_per_caller
-        self._per_token: dict[str, int] = {}
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
@@ -359,7 +339,7 @@ class ChatGateway:
             log.exception("gateway_discard_failed", trajectory=tid)
 
     async def _complete(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
-                        answer_headers: dict[str, str], turn: Turn | TokenTurn, start: float) -> JSONResponse:
+                        answer_headers: dict[str, str], turn: Turn, start: float) -> JSONResponse:
         sent_at = time.perf_counter()
         try:
             resp = await self._http.post(self.backend_url, json=body)
@@ -385,37 +365,21 @@ class ChatGateway:
         OVERHEAD.observe(max(0.0, time.perf_counter() - start - backend_s))
         return JSONResponse(data, headers=answer_headers)
 
-    async def _turn(self, stream: bool, grant: Grant) -> Turn | TokenTurn:
+    async def _turn(self, stream: bool, grant: Grant) -> Turn:
         """A turn at the backend (`services.executor.admission`), or 429 with Retry-After: ``overloaded``,
-        or ``too_many_requests`` when the caller's token already has its share of calls."""
-        label = grant.caller_id   # not the label: labels are the operator's free text, and may repeat
-        bounded = self.max_calls_per_caller > 0 and label != OPEN_GRANT.caller_id
-        if bounded:
-            held = self._per_token.get(label, 0)
-            if held >= self.max_calls_per_caller:
-                CALLS.labels(str(stream).lower(), "429").inc()
-                raise gateway_error(429, "too_many_requests",
-                                    f"this token has {held} calls waiting or at the backend, the most one token "
-                                    "may (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER): send the next when one has ended",
-                                    headers={"Retry-After": "1"})
-            self._per_token[label] = held + 1
+        or ``too_many_requests`` when the caller's token already has its share of calls (open mode's callers,
+        all one, have none)."""
+        caller = grant.caller_id if grant.caller_id != OPEN_GRANT.caller_id else None   # the digest: labels repeat
         try:
-            turn = await self.admission.enter("chat")
-        except BaseException as e:
-            if bounded:
-                self._release(label)
-            if isinstance(e, Overloaded):
-                CALLS.labels(str(stream).lower(), "429").inc()
-                raise e.api_error() from None
-            raise
-        return TokenTurn(turn, lambda: self._release(label)) if bounded else turn
-
-    def _release(self, label: str) -> None:
-        left = self._per_token.get(label, 0) - 1
-        if left > 0:
-            self._per_token[label] = left
-        else:
-            self._per_token.pop(label, None)
+            return await self.admission.enter("chat", caller, self.max_calls_per_caller)
+        except CallerBusy as e:
+            CALLS.labels(str(stream).lower(), "429").inc()
+            raise gateway_error(429, "too_many_requests",
+                                f"{e} (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER): send the next when one has ended",
+                                headers={"Retry-After": "1"}) from None
+        except Overloaded as e:
+            CALLS.labels(str(stream).lower(), "429").inc()
+            raise e.api_error() from None
 
     def _backend_error(self, resp: httpx.Response, stream: str):
         CALLS.labels(stream, str(resp.status_code)).inc()
@@ -428,7 +392,7 @@ class ChatGateway:
         return gateway_error(502, "llm_unavailable", message)
 
     async def _stream(self, body: dict[str, Any], row: TrajectoryRow, messages: list[dict[str, Any]],
-                      answer_headers: dict[str, str], turn: Turn | TokenTurn) -> StreamingResponse:
+                      answer_headers: dict[str, str], turn: Turn) -> StreamingResponse:
         """``turn``: this call's admission, given back when the stream ends, fails before it starts, or is
         dropped unread (a client gone before its first byte: the generator's own ``finally`` never runs)."""
         try:
