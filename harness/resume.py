@@ -26,7 +26,7 @@ from typing import Any
 
 from skillos.clients.skillrepo import SkillRepoError
 from skillos.methods import METHODS
-from skillos.methods.bank import Bank
+from skillos.methods.bank import STREAM_POLICY, Bank, ensure_stream_repo
 from skillos.protocol.runs import RUN_STATE, RunFolder, RunState, TaskEntry, read_json, read_jsonl
 from skillos.stream import TaskRecord
 from skillos.stream.types import OpRecord
@@ -184,11 +184,7 @@ async def restore_snapshot(folder: Path, repo_client: Any, method: str, repo: st
         if not path.is_file():
             await _drop(repo_client, name)
             continue
-        try:
-            await repo_client.create_repo(name)
-        except SkillRepoError as e:
-            if e.status != 409:
-                raise
+        await ensure_stream_repo(repo_client, name)
         await repo_client.import_(name, path.read_bytes(), replace=True)
 
 
@@ -206,6 +202,6 @@ async def fresh_repo(repo_client: Any, method: str, repo: str, from_repo: str | 
     for name in stream_repos(method, repo):
         await _drop(repo_client, name)
     if from_repo:
-        await repo_client.fork_repo(from_repo, repo)
+        await repo_client.fork_repo(from_repo, repo, policy=STREAM_POLICY)
     else:
-        await repo_client.create_repo(repo)
+        await repo_client.create_repo(repo, STREAM_POLICY)

@@ -45,6 +45,7 @@ from skillos.clients.executor import AsyncExecutorClient
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.llm import LLMClient, LLMSettings
 from skillos.methods import METHODS, MethodConfigError, StreamContext, build_method, method_params
+from skillos.methods.bank import STREAM_POLICY
 from skillos.models import MODELS
 from skillos.protocol.runs import RUN_STATE, RunFolder
 from skillos.protocol.skillrepo import SEARCH_MODES
@@ -324,9 +325,9 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
             elif how == "fresh":
                 await fresh_repo(repo_client, method, repo, opts.from_repo)
             elif how == "new" and opts.from_repo:
-                await repo_client.fork_repo(opts.from_repo, repo)
+                await repo_client.fork_repo(opts.from_repo, repo, policy=STREAM_POLICY)
             elif how == "new":
-                await repo_client.create_repo(repo)
+                await repo_client.create_repo(repo, STREAM_POLICY)
             stream = StreamConfig(env=opts.env, method=method, repo=repo, k=opts.k, retrieval=opts.retrieval,
                                   max_turns=opts.max_turns, acting=opts.acting,
                                   history_len=opts.history_len, seed=seed, self_judge=opts.self_judge,

@@ -30,6 +30,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The suite's embedded LLM serves SmolLM2-135M (fast), so every LLM role of every service the tests
 # start names that model (llama.cpp serves what it loaded whatever the name; metrics label by it).
 os.environ.setdefault("SKILLOS_LLM_MODEL", "smollm2-135m-instruct")
+# tests that count on a skill being served get it every time; the utility tests withhold on purpose
+os.environ.setdefault("SKILLOS_GATEWAY_WITHHOLD_SHARE", "0")
 
 PG_ADMIN_URL = os.environ.get("SKILLOS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SKILLOS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

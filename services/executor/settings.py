@@ -65,6 +65,12 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     # an idle trajectory judged by the executor's own model (the paper's self-judge) and curated with that
     # outcome, instead of expiring uncurated; off: only what an agent reports is learned from
     gateway_judge_expired: bool = False
+    # a repo the gateway creates (a caller's first call to a new repo) reviews its curator op batches: skills
+    # learned from traffic wait for a person (`skillos repo proposals`) before any caller is served them
+    gateway_review_new_repos: bool = True
+    # the share of matching skills withheld at random from a task (each independently), the control arm of
+    # each skill's measured utility (`skillos repo stats`); 0: every matching skill is served
+    gateway_withhold_share: float = Field(0.1, ge=0, le=1)
     # the curator's time for one trajectory, and the tries when it is unreachable
     gateway_curator_timeout_s: float = Field(600.0, gt=0)
     gateway_curator_retries: int = Field(3, ge=0)

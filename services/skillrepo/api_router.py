@@ -134,7 +134,7 @@ async def whoami(request: Request, auth: Auth) -> TokenInfo:
 @router.post("/repos", status_code=201, response_model=Repo, summary="Create a repo")
 async def create_repo(body: RepoCreate, svc: Svc, auth: Auth) -> Repo:
     auth.require(body.name, write=True)
-    return await _db(svc, svc.create_repo, body.name)
+    return await _db(svc, svc.create_repo, body.name, body.policy)
 
 
 @router.get("/repos", response_model=RepoList, summary="List repos (those the token reaches)")
@@ -160,7 +160,7 @@ async def delete_repo(repo: str, svc: Svc, auth: Auth) -> Response:
 async def fork_repo(repo: str, body: ForkRequest, svc: Svc, auth: Auth) -> Repo:
     auth.require(repo)
     auth.require(body.name, write=True)
-    return await _db(svc, svc.fork_repo, repo, body.name, body.snapshot, whole_repo=True)
+    return await _db(svc, svc.fork_repo, repo, body.name, body.snapshot, body.policy, whole_repo=True)
 
 
 # --- skills ---

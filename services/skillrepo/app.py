@@ -7,8 +7,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from services.skillrepo.api_router import router
+from services.skillrepo.review.api_router import router as review_router
 from services.skillrepo.serving import SkillRepoService
 from services.skillrepo.settings import SkillRepoSettings
+from services.skillrepo.utility.api_router import router as utility_router
 from skillos.auth import Authenticator
 from skillos.db import database_errors
 from skillos.service import create_app, run_bounded
@@ -51,4 +53,6 @@ def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
     app.state.skillrepo = svc
     app.state.auth = auth
     app.include_router(router)
+    app.include_router(review_router)
+    app.include_router(utility_router)
     return app

@@ -105,10 +105,101 @@ def serve_skillrepo(host: str = HostOption, port: int = typer.Option(8001, "--po
     serve_service(settings, lambda: build_app(settings), host, port, refuse=(ValueError,), then=seed_first)
 
 
+ReviewOption = typer.Option(None, "--review/--no-review", help=(
+    "curator op batches wait for a person's review (default: the service's SKILLOS_REVIEW_DEFAULT)"))
+
+
 @repo_app.command("create")
-def create(name: str, url: str = UrlOption, token: str = TokenOption) -> None:
+def create(name: str, review: bool = ReviewOption, url: str = UrlOption, token: str = TokenOption) -> None:
     """Create a repo."""
-    print_json(_run(lambda: _client(url, token).create_repo(name)).model_dump(mode="json"))
+    policy = None if review is None else {"review": review}
+    print_json(_run(lambda: _client(url, token).create_repo(name, policy)).model_dump(mode="json"))
+
+
+@repo_app.command("policy")
+def policy(repo: str, review: bool = ReviewOption,
+           trusted: list[str] = typer.Option(None, "--trusted", help="a token label whose op batches apply at once "
+                                                                     "(repeat; '' clears)"),
+           pin: list[str] = typer.Option(None, "--pin", help="a skill no op batch may change (repeat; '' clears)"),
+           reviewer: list[str] = typer.Option(None, "--reviewer", help="a token label that may approve or reject "
+                                                                       "proposals besides operators (repeat; '' "
+                                                                       "clears)"),
+           url: str = UrlOption, token: str = TokenOption) -> None:
+    """Show the repo's policy for curator op batches; with options (an operator's token), change it."""
+    c = _client(url, token)
+    current = _run(lambda: c.get_policy(repo))
+    if review is not None or trusted is not None or pin is not None or reviewer is not None:
+        changed = current.model_copy(update={
+            **({"review": review} if review is not None else {}),
+            **({"trusted_writers": [t for t in trusted if t]} if trusted is not None else {}),
+            **({"pinned": [p for p in pin if p]} if pin is not None else {}),
+            **({"reviewers": [r for r in reviewer if r]} if reviewer is not None else {})})
+        current = _run(lambda: c.set_policy(repo, changed))
+    print_json(current.model_dump(mode="json"))
+
+
+@repo_app.command("proposals")
+def proposals(repo: str, status: str = typer.Option("pending", "--status", help="pending, approved, rejected"),
+              url: str = UrlOption, token: str = TokenOption) -> None:
+    """Op batches waiting for review (or decided), newest first."""
+    for p in _run(lambda: _client(url, token).proposals(repo, status or None)):
+        names = ", ".join(f"{v.name} {v.skill_name or '?'}" for v in p.verdicts if v.status != "refused")
+        typer.echo(f"{p.id}	{p.status}	{p.created_at:%Y-%m-%d %H:%M}	by {p.writer}	{names}	"
+                   f"{'; '.join(p.reasons)[:120]}")
+
+
+@repo_app.command("review")
+def review_(repo: str, proposal: int, url: str = UrlOption, token: str = TokenOption) -> None:
+    """One proposal: who sent it, why it waits, and each op's diff against the skill as served."""
+    p = _run(lambda: _client(url, token).proposal(repo, proposal))
+    typer.echo(f"proposal {p.id} ({p.status}) by {p.writer}, {p.created_at.isoformat()}")
+    if p.origin:
+        typer.echo(f"origin (as the writer claims): {p.origin.model_dump_json(exclude_none=True)}")
+    for reason in p.reasons:
+        typer.echo(f"waits: {reason}")
+    for ch in p.changes:
+        typer.echo(f"\n# op {ch.index}: {ch.op} {ch.skill_name or ''}" + (f" -> {ch.new_name}" if ch.new_name else ""))
+        typer.echo(ch.diff or "(delete)" if ch.proposed is None else ch.diff or "(no change)")
+
+
+def _decide(repo: str, proposal: int, approve: bool, note: str, url: str, token: str) -> None:
+    p = _run(lambda: _client(url, token).decide(repo, proposal, approve, note or None))
+    applied = [f"{v.skill_name} v{v.version}" for v in (p.result.verdicts if p.result else []) if v.status == "applied"]
+    typer.echo(f"proposal {p.id} {p.status}" + (f": {', '.join(applied)}" if applied else ""))
+
+
+@repo_app.command("approve")
+def approve(repo: str, proposal: int, note: str = typer.Option("", "--note"),
+            url: str = UrlOption, token: str = TokenOption) -> None:
+    """Apply a pending proposal now (as this token's write; not the token that proposed it)."""
+    _decide(repo, proposal, True, note, url, token)
+
+
+@repo_app.command("reject")
+def reject(repo: str, proposal: int, note: str = typer.Option("", "--note"),
+           url: str = UrlOption, token: str = TokenOption) -> None:
+    """Reject a pending proposal."""
+    _decide(repo, proposal, False, note, url, token)
+
+
+@repo_app.command("stats")
+def stats(repo: str, source: list[str] = typer.Option(None, "--source", help="count only outcomes from caller, "
+                                                                          "environment or judge (repeat)"),
+          json_out: bool = typer.Option(False, "--json"), url: str = UrlOption, token: str = TokenOption) -> None:
+    """Measured utility per skill: success when served vs when withheld at random, with a 95 % interval."""
+    report = _run(lambda: _client(url, token).utility(repo, source or None))
+    if json_out:
+        print_json(report.model_dump(mode="json"))
+        return
+    typer.echo(f"{'skill':<40} {'served':>12} {'withheld':>12} {'difference':>11}  95 % interval")
+    for u in report.skills:
+        rate = lambda w, n: f"{w}/{n}" + (f" {w / n:4.0%}" if n else "     ")
+        diff = f"{u.difference:+.2f}" if u.difference is not None else "-"
+        ci = f"[{u.interval[0]:+.2f}, {u.interval[1]:+.2f}]" if u.interval else "(no task in an arm yet)"
+        typer.echo(f"{u.name[:40]:<40} {rate(u.served_success, u.served):>12} "
+                   f"{rate(u.withheld_success, u.withheld):>12} {diff:>11}  {ci}")
+    if not report.skills:
+        typer.echo(f"no outcomes recorded for {repo} ({', '.join(report.sources)})")
 
 
 @repo_app.command("list")

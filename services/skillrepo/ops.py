@@ -19,8 +19,12 @@ valid op. The curator sends its decisions non-atomically (`skillos.curation.ATOM
 
 An insert's or update's content carrying what no procedure needs (`skillos.curation.scan`: URLs, hosts,
 requests for credentials or the conversation, instructions about instructions) is refused
-(``flagged_content``), and such a worked example is not kept: ops are the curator's path from traffic to
+(``flagged_content``; a repo under review keeps the batch as a proposal, the flag shown to the reviewer),
+and such a worked example is not kept: ops are the curator's path from traffic to
 skills every caller is served (SKILLOS_OPS_CONTENT_SCAN=false turns it off; REST writes are not scanned).
+
+A skill the repo's policy pins is refused to every op (``pinned``): insert, update, rename to or from it,
+delete. Whether a batch applies at once or waits for review is the review gate's (`services.skillrepo.review`).
 
 Invariant: an op is refused before it writes anything (every check precedes the first write), so a
 refused op leaves the transaction as it found it; `apply_ops` of a lone op needs no savepoint.
@@ -110,8 +114,15 @@ def _scanned(doc: SkillDoc, scan: bool) -> SkillDoc:
     return doc
 
 
+def _unpinned(name: str, pinned: frozenset[str]) -> str:
+    if name in pinned:
+        raise Refused("pinned", f"skill {name!r} is pinned by the repo's policy: op batches cannot change it "
+                                "(a person changes it through the REST API)", name)
+    return name
+
+
 def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample | None,
-               scan: bool = True) -> tuple[str, int, str, str | None]:
+               scan: bool = True, pinned: frozenset[str] = frozenset()) -> tuple[str, int, str, str | None]:
     """(skill name, version, message, what became of ``example``) of an applied op; raises `Refused`."""
     if op.name not in OP_NAMES:
         raise Refused("unknown_op", f"unknown op {op.name!r}: use one of {', '.join(OP_NAMES)}")
@@ -122,16 +133,17 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
         if op.name == "new_skill_insert":
             doc = skill_from_call(args["skill_name"], args["content"], max_body_bytes=max_body_bytes)
             doc = _scanned(doc, scan)
+            _unpinned(doc.name, pinned)
             if tx.exists(doc.name):
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
             verdict = _with_example(doc, [], example, scan)
             return doc.name, tx.put(doc, "insert"), "inserted", verdict
         if op.name == "skill_delete":
-            name = _existing(tx, args["skill_name"])
+            name = _unpinned(_existing(tx, args["skill_name"]), pinned)
             return name, tx.delete(name, "delete"), "deleted", None
         # skill_update
-        name = _existing(tx, args["skill_name"])
+        name = _unpinned(_existing(tx, args["skill_name"]), pinned)
         new_name, new_content = args.get("new_name"), args.get("new_content")
         if new_name is not None and not isinstance(new_name, str):
             raise Refused("invalid_arguments", "argument 'new_name' must be a string", name)
@@ -141,7 +153,7 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
         new_content = new_content if new_content and new_content.strip() else None
         if new_name is None and new_content is None:
             raise Refused("missing_argument", "skill_update needs 'new_content' or 'new_name' (or both)", name)
-        target = normalize_name(new_name) if new_name else name
+        target = _unpinned(normalize_name(new_name) if new_name else name, pinned)
         if target != name and tx.exists(target):
             raise Refused("skill_exists", f"cannot rename {name!r} to {target!r}: that skill already exists", name)
         if new_content is not None:
@@ -164,14 +176,15 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
 
 
 def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int,
-              example: WorkedExample | None = None, scan: bool = True) -> tuple[bool, list[OpOutcome]]:
+              example: WorkedExample | None = None, scan: bool = True,
+              pinned: frozenset[str] = frozenset()) -> tuple[bool, list[OpOutcome]]:
     """Apply ``ops`` in ``tx``, ``example`` kept with the skills they write; returns (every op applied,
-    verdicts). ``scan``: refuse content that no procedure needs (`skillos.curation.scan`). The caller rolls
-    back on an atomic refusal."""
+    verdicts). ``scan``: refuse content that no procedure needs (`skillos.curation.scan`); ``pinned``: skills
+    no op may write (the repo's policy). The caller rolls back on an atomic refusal."""
     verdicts: list[OpOutcome] = []
     for i, op in enumerate(ops):
         try:
-            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example, scan)
+            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example, scan, pinned)
             verdicts.append(OpOutcome(index=i, name=op.name, status="applied", message=message,
                                       skill_name=name, version=version, example=kept))
         except Refused as r:

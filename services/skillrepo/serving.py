@@ -32,6 +32,8 @@ from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encod
 from services.skillrepo.index_files import IndexFiles
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
+from services.skillrepo.review import store as review
+from services.skillrepo.review.serving import Review, default_policy, gate, writer_label
 from services.skillrepo.search import tokenize
 from services.skillrepo.settings import SkillRepoSettings
 from services.skillrepo.store import (
@@ -48,6 +50,7 @@ from services.skillrepo.store import (
     VersionRow,
     blob_of,
 )
+from services.skillrepo.utility.serving import Utility
 from skillos.auth import prefix_reaches
 from skillos.db import database_errors, make_engine
 from skillos.errors import APIError
@@ -64,6 +67,7 @@ from skillos.protocol.skillrepo import (
     OpsRequest,
     OpsResult,
     Repo,
+    RepoPolicy,
     SearchHit,
     Skill,
     SkillList,
@@ -250,6 +254,8 @@ class SkillRepoService:
             self.store, self.settings.index_cache_repos)
         self.announcer = Announcer(self.indexes, self.settings.redis_url, self.settings.redis_channel,
                                    self.settings.sync_interval_s)
+        self.review = Review(self)
+        self.utility = Utility(self)
 
     def start(self) -> None:
         self.announcer.start()
@@ -293,8 +299,12 @@ class SkillRepoService:
     # --- repos ---
 
     @_answers_api_errors
-    def create_repo(self, name: str) -> Repo:
-        return repo_out(self.store.create_repo(name))
+    def create_repo(self, name: str, policy: RepoPolicy | None = None) -> Repo:
+        if policy is None:
+            return repo_out(self.store.create_repo(name))
+        with self.store.creating_repo(name) as (conn, row, now):   # the repo and its policy in one transaction
+            review.set_policy(conn, row.id, policy, writer_label(), now)
+        return repo_out(row)
 
     @_answers_api_errors
     def list_repos(self, prefix: str | None = None) -> list[Repo]:
@@ -313,8 +323,14 @@ class SkillRepoService:
         self.announcer.publish(repo_id, 1 << 62)
 
     @_answers_api_errors
-    def fork_repo(self, source: str, name: str, snapshot: str | None = None) -> Repo:
-        return repo_out(self.store.fork_repo(source, name, snapshot))
+    def fork_repo(self, source: str, name: str, snapshot: str | None = None,
+                  policy: RepoPolicy | None = None) -> Repo:
+        """``policy`` None: the source's own policy goes with the fork (a reviewed repo's fork stays reviewed)."""
+        def keep_policy(conn, source_id: int, fork_id: int, now) -> None:
+            chosen = policy or review.policy_of(conn, source_id, None)
+            if chosen is not None:
+                review.set_policy(conn, fork_id, chosen, writer_label(), now)
+        return repo_out(self.store.fork_repo(source, name, snapshot, keep_policy))
 
     # --- skills ---
 
@@ -523,6 +539,7 @@ class SkillRepoService:
         except PydanticSerializationError as e:  # a lone surrogate: the HTTP door refuses it, in-process calls may not
             raise APIError(400, "invalid_character", f"the batch cannot be serialized: {e}") from None
         with self.store.write(repo) as tx:
+            policy = review.policy_of(tx.conn, tx.repo.id, default_policy(self))
             if req.idempotency_key:
                 stored = tx.idempotent_answer(req.idempotency_key)
                 if stored is not None:
@@ -532,20 +549,25 @@ class SkillRepoService:
                     result = OpsResult.model_validate_json(stored[1])
                     result.replayed = True
                     return result
-            if len(req.ops) == 1:
+            pinned = frozenset(policy.pinned)
+            if (waits := gate(self, tx, req, example, policy)) is not None:
+                ok, verdicts, result = False, waits.verdicts, waits
+            elif len(req.ops) == 1:
                 # a refused op writes nothing (ops.py), so a lone op needs no savepoint to undo
                 ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
-                                         self.settings.ops_content_scan)
+                                         self.settings.ops_content_scan, pinned)
             else:
                 with tx.savepoint() as undo:
                     ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
-                                         self.settings.ops_content_scan)
+                                             self.settings.ops_content_scan, pinned)
                     if not ok and req.atomic:
                         undo()
-            result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
+            if waits is None:
+                result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
             if req.idempotency_key:
                 tx.remember_answer(req.idempotency_key, request_hash, result.model_dump_json())
-            tx.log_as("ops", origin=req.origin.model_dump_json(exclude_none=True) if req.origin else None,
+            tx.log_as("ops" if result.proposal is None else "proposal",
+                      origin=req.origin.model_dump_json(exclude_none=True) if req.origin else None,
                       entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=ok,
                       idempotency_key=req.idempotency_key)
         for v in verdicts:

@@ -36,6 +36,10 @@ class SkillRepoSettings(InboundAuthSettings):
     # refuse a curator op whose skill carries what no procedure needs (URLs, hosts, requests for credentials or
     # the conversation, instructions about instructions: skillos.curation.scan), and keep no such worked example
     ops_content_scan: bool = True
+    # the policy of a repo that never set one (`RepoPolicy`, PUT /v1/repos/{repo}/policy): true makes curator op
+    # batches wait for a person's review, except those of the token labels listed as trusted
+    review_default: bool = False
+    review_trusted_writers: str = ""
     max_search_k: int = 100
     max_query_chars: int = 4096
 

@@ -560,6 +560,17 @@ class Store:
         except IntegrityError:
             raise RepoExists(name) from None
 
+    @contextmanager
+    def creating_repo(self, name: str) -> Iterator[tuple[Any, RepoRow, datetime]]:
+        """Create a repo and yield (connection, its row, now) to write more in the same transaction."""
+        try:
+            with self._write_conn() as conn:
+                now = _now()
+                conn.execute(insert(repos).values(name=name, seq=0, created_at=now))
+                yield conn, _repo_row(conn.execute(select(repos).where(repos.c.name == name)).one()), now
+        except IntegrityError:
+            raise RepoExists(name) from None
+
     def get_repo(self, name: str, count: bool = True) -> RepoRow:
         with self._read_conn() as conn:
             r = conn.execute(select(repos).where(repos.c.name == name)).first()
@@ -619,8 +630,10 @@ class Store:
             conn.execute(update(repos).where(repos.c.id == repo.id).values(name=None, deleted_at=_now()))
             return repo.id
 
-    def fork_repo(self, source: str, name: str, snapshot: str | None = None) -> RepoRow:
-        """Copy the head rows (names, versions, blob hashes) only: no body is copied."""
+    def fork_repo(self, source: str, name: str, snapshot: str | None = None,
+                  then: Callable[[Any, int, int, datetime], None] | None = None) -> RepoRow:
+        """Copy the head rows (names, versions, blob hashes) only: no body is copied. ``then(conn, source's
+        id, the fork's id, now)`` writes more in the same transaction (the fork's review policy)."""
         try:
             with self._write_conn() as conn:
                 src = self._lock_repo(conn, source)
@@ -646,6 +659,8 @@ class Store:
                                       literal(now, skill_heads.c.updated_at.type).label("updated_at"))
                 conn.execute(insert(skill_heads).from_select(
                     ["name", "version", "blob_hash", "repo_id", "updated_at"], sel))
+                if then is not None:
+                    then(conn, src.id, new_id, now)
                 row = _repo_row(conn.execute(select(repos).where(repos.c.id == new_id)).one())
                 row.skill_count = self._count(conn, new_id)
                 return row

@@ -129,3 +129,46 @@ embeddings = Table(
     Column("blob_hash", String(64), primary_key=True),
     Column("vector", LargeBinary, nullable=False),
 )
+
+# review (migration 0007): what a repo lets curator op batches do on their own, and the batches that wait
+# for a person. A proposal keeps the batch as sent (ops, example, the writer's claim) and, from the server's
+# side, who sent it and why it waits; approving it applies the batch then, as that reviewer's write.
+repo_policies = Table(
+    "repo_policies", metadata,
+    Column("repo_id", Integer, primary_key=True),
+    Column("policy", Text, nullable=False),           # JSON: `skillos.protocol.skillrepo.RepoPolicy`
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("updated_by", String(64), nullable=True),
+)
+
+proposals = Table(
+    "proposals", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("repo_id", Integer, nullable=False),
+    Column("status", String(16), nullable=False),     # pending, approved, rejected
+    Column("seq", BigInteger, nullable=False),        # the repo's seq when proposed
+    Column("batch", Text, nullable=False),            # JSON: ops, atomic, example, origin
+    Column("verdicts", Text, nullable=False),         # JSON: the checks when proposed
+    Column("reasons", Text, nullable=False),          # JSON list: review, flagged: ...
+    Column("writer", String(64), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("decided_at", DateTime(timezone=True), nullable=True),
+    Column("decided_by", String(64), nullable=True),
+    Column("note", Text, nullable=True),
+    Column("result", Text, nullable=True),            # JSON OpsResult of the approval
+    Index("ix_proposals_repo_status", "repo_id", "status", "id"),
+)
+
+# measured utility (migration 0008): a task's outcome per skill it was served or had withheld; a trajectory
+# counts once per skill (the key), so a retried report adds nothing
+skill_outcomes = Table(
+    "skill_outcomes", metadata,
+    Column("repo_id", Integer, primary_key=True),
+    Column("skill", String(128), primary_key=True),
+    Column("trajectory", String(128), primary_key=True),
+    Column("arm", String(8), nullable=False),         # served, withheld
+    Column("success", Boolean, nullable=False),
+    Column("source", String(16), nullable=False),     # caller, environment, judge
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_skill_outcomes_trajectory", "repo_id", "trajectory"),
+)

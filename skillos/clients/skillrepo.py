@@ -29,7 +29,11 @@ from skillos.protocol.skillrepo import (
     OpLog,
     OpOrigin,
     OpsResult,
+    OutcomeRecorded,
+    Proposal,
+    ProposalList,
     Repo,
+    RepoPolicy,
     SearchHit,
     SearchMode,
     Skill,
@@ -37,6 +41,7 @@ from skillos.protocol.skillrepo import (
     SkillVersion,
     Snapshot,
     TokenInfo,
+    UtilityReport,
 )
 from skillos.worked_examples import WorkedExample
 
@@ -149,8 +154,50 @@ class _SkillRepoCalls(ServiceClient):
         return TokenInfo.model_validate((await self._call("GET", "/v1/whoami")).json())
 
     # repos
-    async def create_repo(self, name: str) -> Repo:
-        return Repo.model_validate((await self._call("POST", "/v1/repos", json={"name": name})).json())
+    async def create_repo(self, name: str, policy: RepoPolicy | dict[str, Any] | None = None) -> Repo:
+        """``policy`` None: the service's default (SKILLOS_REVIEW_DEFAULT)."""
+        body: dict[str, Any] = {"name": name}
+        if policy is not None:
+            body["policy"] = RepoPolicy.model_validate(policy).model_dump(mode="json")
+        return Repo.model_validate((await self._call("POST", "/v1/repos", json=body)).json())
+
+    # review: the repo's policy for curator op batches, and the batches that wait for a person
+    async def get_policy(self, repo: str) -> RepoPolicy:
+        return RepoPolicy.model_validate((await self._call("GET", f"{_repo(repo)}/policy")).json())
+
+    async def set_policy(self, repo: str, policy: RepoPolicy | dict[str, Any]) -> RepoPolicy:
+        body = RepoPolicy.model_validate(policy).model_dump(mode="json")
+        return RepoPolicy.model_validate((await self._call("PUT", f"{_repo(repo)}/policy", json=body)).json())
+
+    async def proposals(self, repo: str, status: str | None = "pending", before: int | None = None,
+                        limit: int = 50) -> list[Proposal]:
+        params = {k: v for k, v in {"status": status, "before": before, "limit": limit}.items() if v is not None}
+        resp = await self._call("GET", f"{_repo(repo)}/proposals", params=params)
+        return ProposalList.model_validate(resp.json()).proposals
+
+    async def proposal(self, repo: str, pid: int) -> Proposal:
+        """One proposal, each op with its diff against the skill as served."""
+        return Proposal.model_validate((await self._call("GET", f"{_repo(repo)}/proposals/{int(pid)}")).json())
+
+    async def decide(self, repo: str, pid: int, approve: bool, note: str | None = None) -> Proposal:
+        """Approve (apply it now, as this token's write) or reject a pending proposal."""
+        verb = "approve" if approve else "reject"
+        resp = await self._call("POST", f"{_repo(repo)}/proposals/{int(pid)}/{verb}",
+                                json={"note": note} if note else {})
+        return Proposal.model_validate(resp.json())
+
+    # measured utility: a task's outcome per skill served or withheld, and the per-skill numbers
+    async def record_outcome(self, repo: str, trajectory: str, success: bool, source: str,
+                             served: list[str] | None = None, withheld: list[str] | None = None) -> int:
+        """The skills counted (0: this trajectory was reported before)."""
+        body = {"trajectory": trajectory, "success": success, "source": source, "served": served or [],
+                "withheld": withheld or []}
+        return OutcomeRecorded.model_validate(
+            (await self._call("POST", f"{_repo(repo)}/outcomes", json=body)).json()).recorded
+
+    async def utility(self, repo: str, sources: list[str] | None = None, skill: str | None = None) -> UtilityReport:
+        params: dict[str, Any] = {k: v for k, v in {"source": sources, "skill": skill}.items() if v}
+        return UtilityReport.model_validate((await self._call("GET", f"{_repo(repo)}/utility", params=params)).json())
 
     async def get_repo(self, name: str) -> Repo:
         return Repo.model_validate((await self._call("GET", _repo(name))).json())
@@ -161,8 +208,11 @@ class _SkillRepoCalls(ServiceClient):
     async def delete_repo(self, name: str) -> None:
         await self._call("DELETE", _repo(name))
 
-    async def fork_repo(self, source: str, name: str, snapshot: str | None = None) -> Repo:
-        body = {"name": name, **({"snapshot": snapshot} if snapshot else {})}
+    async def fork_repo(self, source: str, name: str, snapshot: str | None = None,
+                        policy: RepoPolicy | dict[str, Any] | None = None) -> Repo:
+        body: dict[str, Any] = {"name": name, **({"snapshot": snapshot} if snapshot else {})}
+        if policy is not None:
+            body["policy"] = RepoPolicy.model_validate(policy).model_dump(mode="json")
         return Repo.model_validate((await self._call("POST", f"{_repo(source)}/fork", json=body)).json())
 
     # skills

@@ -74,6 +74,10 @@ def settle(verdicts: list[OpVerdict], sent: Sequence[int], outcomes: Sequence[Re
             target.skill_version = outcome.version
             target.skill_name = outcome.skill_name
             target.example = getattr(outcome, "example", None)
+        elif outcome.status == "pending":
+            # valid, kept by the repo for a person's review (its policy): nothing is served yet
+            target.skill_name = outcome.skill_name
+            target.reason = f"{outcome.code or 'pending'}: {outcome.message}"
         else:
             # refused for the repo's state: the call was not executed, so it is not valid (r_fc)
             target.valid = False

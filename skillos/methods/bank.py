@@ -14,7 +14,7 @@ from typing import Any
 
 from skillos.clients.skillrepo import SkillRepoError
 from skillos.protocol.executor import RetrievedSkill, SkillText
-from skillos.protocol.skillrepo import SearchMode, Skill
+from skillos.protocol.skillrepo import RepoPolicy, SearchMode, Skill
 from skillos.skills import DESCRIPTION_MAX, NAME_MAX, normalize_name
 
 
@@ -57,6 +57,26 @@ def clip_description(text: str, fallback: str) -> str:
     return (text or fallback)[:DESCRIPTION_MAX]
 
 
+# A stream's repos apply its curator's ops at once, whatever the service's default review policy: the paper's
+# method learns from each task before the next one, with no person in the loop.
+STREAM_POLICY = RepoPolicy(review=False)
+
+
+async def ensure_stream_repo(client: Any, name: str) -> None:
+    """Create a stream's repo with `STREAM_POLICY`, or find it; one that exists with review on is refused (its
+    ops would wait for a person and the method would change without a word)."""
+    try:
+        await client.create_repo(name, STREAM_POLICY)
+        return
+    except SkillRepoError as e:
+        if e.status != 409:
+            raise
+    if (await client.get_policy(name)).review:
+        raise SkillRepoError(409, "repo_reviewed", f"repo {name!r} holds curator op batches for review: a stream "
+                             f"learns from each task before the next. Name another repo, or have an operator "
+                             f"turn review off (skillos repo policy {name} --no-review)")
+
+
 class Bank:
     """One repo of one method's stream. ``repo`` is the skill repo client (`AsyncSkillRepoClient`)."""
 
@@ -96,8 +116,4 @@ class Bank:
 
     async def ensure(self) -> None:
         """Create the repo unless it exists (a resumed stream finds it)."""
-        try:
-            await self.repo.create_repo(self.name)
-        except SkillRepoError as e:
-            if e.status != 409:
-                raise
+        await ensure_stream_repo(self.repo, self.name)

@@ -8,7 +8,7 @@ own counter (1, 2, 3, ...; a delete is a version too), used in ``ETag`` / ``If-M
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,13 +29,33 @@ class _Model(BaseModel):
 
 # --- repos -------------------------------------------------------------------------------------
 
+class RepoPolicy(_Model):
+    """What the repo lets curator op batches (``POST /ops``: skills written from traffic) do on their own.
+    REST writes (a person's) are never gated; a person reviews what waits (`Proposal`)."""
+    review: bool = Field(False, description=(
+        "true: an op batch waits as a proposal until an rw token other than its writer approves it, unless "
+        "its writer is trusted; a batch whose content the scan flags waits even then"))
+    trusted_writers: list[str] = Field(default_factory=list, max_length=64, description=(
+        "token labels whose op batches apply at once (SKILLOS_AUTH_TOKENS labels, e.g. the curator of "
+        "`skillos run` streams)"))
+    pinned: list[str] = Field(default_factory=list, max_length=1000, description=(
+        "skills no op batch may update or delete (refused: pinned), whoever writes it"))
+    reviewers: list[str] = Field(default_factory=list, max_length=64, description=(
+        "token labels that may approve or reject proposals besides operators (rw tokens without a prefix); "
+        "only an operator sets the policy"))
+
+
 class RepoCreate(_Model):
     name: str = Field(..., min_length=1, max_length=128, pattern=REPO_NAME_PATTERN,
                       description="repo name: letters, digits, '.', '_', '-'; starts with a letter or digit")
+    policy: RepoPolicy | None = Field(None, description="None: the service's default (SKILLOS_REVIEW_DEFAULT)")
 
 
-class ForkRequest(RepoCreate):
+class ForkRequest(_Model):
+    name: str = Field(..., min_length=1, max_length=128, pattern=REPO_NAME_PATTERN,
+                      description="the fork's name: letters, digits, '.', '_', '-'; starts with a letter or digit")
     snapshot: str | None = Field(None, description="fork the repo as it was at this snapshot label")
+    policy: RepoPolicy | None = Field(None, description="None: the source repo's policy goes with the fork")
 
 
 class Repo(BaseModel):
@@ -162,7 +182,8 @@ class OpOutcome(BaseModel):
     (`skillos.curation.OpVerdict`, via `skillos.curation.settle`)."""
     index: int
     name: str
-    status: Literal["applied", "refused"]
+    status: Literal["applied", "refused", "pending"] = Field(..., description=(
+        "pending: valid, waiting in a proposal for review (the repo's policy); nothing was written"))
     code: str | None = None
     message: str = ""
     skill_name: str | None = None
@@ -178,6 +199,7 @@ class OpsResult(BaseModel):
     verdicts: list[OpOutcome]
     seq: int = Field(0, description="repo change counter after the batch")
     replayed: bool = Field(False, description="true when this answer was stored for the idempotency key")
+    proposal: int | None = Field(None, description="the proposal the batch waits in for review (None: not gated)")
 
 
 class OpLogEntry(BaseModel):
@@ -208,6 +230,90 @@ class TokenInfo(BaseModel):
     mode: Literal["open", "tokens"]
     scope: Literal["read", "rw"]
     prefix: str | None = Field(None, description="the token only reaches repos whose name starts with this")
+
+
+# --- review ------------------------------------------------------------------------------------
+
+ProposalStatus = Literal["pending", "approved", "rejected"]
+
+
+class ProposedChange(BaseModel):
+    """What one op of a proposal would do to one skill, as a reviewer reads it."""
+    index: int
+    op: str
+    skill_name: str | None = None
+    new_name: str | None = None
+    current: str | None = Field(None, description="the skill's document as served now (None: a new skill)")
+    proposed: str | None = Field(None, description="the document the op writes (None: a delete)")
+    diff: str = Field("", description="unified diff from current to proposed")
+
+
+class Proposal(BaseModel):
+    id: int
+    status: ProposalStatus
+    created_at: datetime
+    writer: str | None = Field(None, description="the token label that sent the batch, as the server saw it")
+    origin: OpOrigin | None = Field(None, description="where the writer says the batch came from (its claim)")
+    reasons: list[str] = Field(default_factory=list, description="why it waits: review, flagged: <what>")
+    seq: int = Field(..., description="the repo's seq when it was proposed")
+    ops: list[Op]
+    atomic: bool = True
+    example: WorkedExample | None = None
+    verdicts: list[OpOutcome] = Field(default_factory=list, description="the repo's checks when proposed")
+    changes: list[ProposedChange] = Field(default_factory=list, description="filled when one proposal is read")
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+    note: str | None = None
+    result: OpsResult | None = Field(None, description="what approving it applied")
+
+
+class ProposalList(BaseModel):
+    proposals: list[Proposal] = Field(..., description="newest first")
+
+
+class ProposalDecision(_Model):
+    note: str | None = Field(None, max_length=2000, description="why, kept with the decision")
+
+
+# --- measured utility ---------------------------------------------------------------------------
+
+OutcomeSource = Literal["caller", "environment", "judge"]
+
+
+OutcomeSkill = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class OutcomeReport(_Model):
+    """One task's outcome and which matching skills it was served or had withheld (`skillos.utility`)."""
+    trajectory: str = Field(..., min_length=1, max_length=128, description=(
+        "the task's trajectory or episode id: a report per id counts once (a retry is no second task)"))
+    success: bool
+    source: OutcomeSource = Field(..., description="who said it succeeded: the caller, the environment, a judge")
+    served: list[OutcomeSkill] = Field(default_factory=list, max_length=64,
+                                       description="skills shown to the executor")
+    withheld: list[OutcomeSkill] = Field(default_factory=list, max_length=64, description=(
+        "skills the search matched and the server withheld at random (the control arm)"))
+
+
+class OutcomeRecorded(BaseModel):
+    recorded: int = Field(..., description="skills counted; 0 when this trajectory was reported before")
+
+
+class SkillUtility(BaseModel):
+    name: str
+    served: int = Field(..., description="tasks it was served in")
+    served_success: int
+    withheld: int = Field(..., description="tasks it matched and was withheld in")
+    withheld_success: int
+    difference: float | None = Field(None, description="success rate served minus withheld")
+    interval: tuple[float, float] | None = Field(None, description=(
+        "95 % interval of the difference (Newcombe's hybrid score); None while an arm has no task"))
+
+
+class UtilityReport(BaseModel):
+    repo: str
+    sources: list[OutcomeSource]
+    skills: list[SkillUtility]
 
 
 # --- snapshots, import ---------------------------------------------------------------------------

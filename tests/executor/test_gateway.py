@@ -348,7 +348,18 @@ def test_an_outcome_hands_the_trajectory_to_the_curator_and_its_ops_name_it(clie
         assert len(mine) == 1, (log, json.dumps(t["curation"])[:3000])
         assert mine[0].origin.source == "gateway" and mine[0].idempotency_key == f"gateway:{tid}"
         assert mine[0].origin.curator_call == t["curation"]["call_id"]
-        assert mine[0].applied == t["curation"]["applied"]
+        # the repo the gateway created reviews what traffic teaches: the valid ops wait, nothing is served
+        assert not t["curation"]["applied"] and not mine[0].applied and mine[0].kind == "proposal", mine[0]
+        assert all(not c["applied"] for c in t["curation"]["calls"])
+        with SkillRepoClient(skillrepo.url) as client_of_repo:
+            assert client_of_repo.get_policy(repo).review
+            waiting = [p for p in client_of_repo.proposals(repo) if p.origin and p.origin.trajectory == tid]
+            assert len(waiting) == 1 and waiting[0].reasons[0].startswith("review:"), waiting
+            approved = client_of_repo.decide(repo, waiting[0].id, True).result   # a person approves
+        # once approved, each skill the ops wrote carries the reported success's worked example
+        t["curation"]["calls"] = [{**c, "applied": True, "skill_name": v.skill_name, "example": v.example}
+                                  for c, v in zip([c for c in t["curation"]["calls"] if c["valid"]],
+                                                  approved.verdicts, strict=True)]
         # the reported success left a worked example, marked as the caller's, on each skill the ops wrote
         wrote = [c for c in t["curation"]["calls"] if c["applied"] and c["name"] != "skill_delete"]
         assert all(c["example"] for c in wrote), wrote   # each skill the ops wrote says what became of it
@@ -626,3 +637,30 @@ def test_calls_beyond_the_admission_bound_get_429_with_retry_after(embedded_llm,
             assert "type" not in err and "details" in err
     assert "skillos_executor_llm_calls_in_flight 0.0" in metrics
     assert "skillos_executor_llm_calls_rejected_total" in metrics
+
+
+@pytest.mark.timeout(900)
+def test_withheld_skills_are_not_served_and_the_outcome_counts_for_them(embedded_llm, gateway_db, skillrepo, curator,
+                                                                        model, tmp_path):
+    """Measured utility: with SKILLOS_GATEWAY_WITHHOLD_SHARE=1 every matching skill is withheld; the
+    trajectory says so (none served), and the reported outcome is counted once in the skill repo for each
+    withheld skill."""
+    with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path, gateway_withhold_share=1) as gw:
+        c = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        raw = c.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}],
+            extra_headers={"X-SkillOS-Repo": "default"}, **SMALL)
+        tid = raw.headers["X-SkillOS-Trajectory"]
+        t = trajectory(gw, tid)
+        assert t["skills"] == [] and "heat-object" in t["withheld"], t
+        with SkillRepoClient(skillrepo.url) as repo:
+            before = {u.name: u.withheld for u in repo.utility("default", ["caller"]).skills}
+            r = httpx.post(f"{gw.url}/v1/trajectories/{tid}/outcome", json={"success": False}, timeout=30)
+            assert r.status_code == 202
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                after = {u.name: u.withheld for u in repo.utility("default", ["caller"]).skills}
+                if after.get("heat-object", 0) > before.get("heat-object", 0):
+                    break
+                time.sleep(0.5)
+            assert {n: after.get(n, 0) - before.get(n, 0) for n in t["withheld"]} == {n: 1 for n in t["withheld"]}

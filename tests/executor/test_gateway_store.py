@@ -162,7 +162,7 @@ def test_the_tables_are_made_by_migrations_that_match_the_code(store_url):
     store = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)
     store.create("m1", "default", "heat a mug", "m", SKILLS)
     store.close()
-    assert _version(store_url) == "0002"
+    assert _version(store_url) == "0003"
     assert _schema_diff(store_url) == []
     again = TrajectoryStore(store_url, max_calls=3, max_bytes=2000)   # a restart: nothing to do, data kept
     assert again.get("m1").task == "heat a mug"
@@ -180,6 +180,7 @@ def test_a_database_made_before_migrations_is_adopted_with_its_trajectories(stor
     with engine.begin() as conn:
         metadata.create_all(conn)
         conn.execute(text("ALTER TABLE gateway_trajectories DROP COLUMN owner"))   # revision 0001's schema
+        conn.execute(text("ALTER TABLE gateway_trajectories DROP COLUMN withheld"))
         conn.execute(text("INSERT INTO gateway_trajectories (id, repo, task, model, skills, status, created_at, "
                           "updated_at, calls, bytes, seen_messages, truncated) VALUES ('old', 'default', "
                           "'cool a pan', 'm', '[]', 'open', 1.0, 1.0, 0, 0, 0, false)"))
@@ -188,7 +189,7 @@ def test_a_database_made_before_migrations_is_adopted_with_its_trajectories(stor
     old = store.get("old")
     assert old.task == "cool a pan" and old.owner is None   # upgraded: opened before owners were kept
     store.close()
-    assert _version(store_url) == "0002"
+    assert _version(store_url) == "0003"
     assert _schema_diff(store_url) == []
 
 

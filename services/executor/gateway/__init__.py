@@ -62,14 +62,17 @@ class Gateway:
                                 policy=RequestPolicy(settings.gateway_max_n, settings.gateway_max_tokens,
                                                      settings.gateway_allow_media,
                                                      parse_fields(settings.gateway_extra_fields)),
-                                max_calls_per_caller=settings.gateway_max_calls_per_caller)
+                                max_calls_per_caller=settings.gateway_max_calls_per_caller,
+                                review_new_repos=settings.gateway_review_new_repos,
+                                withhold_share=settings.gateway_withhold_share)
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,
             curator_retries=settings.gateway_curator_retries,
             judge=judge if settings.gateway_judge_expired else None,
             auth=auth or Authenticator(settings.auth_mode, settings.auth_tokens), examples=settings.executor_examples,
-            examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s)
+            examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s,
+            skillrepo_url=settings.skillrepo_url)
 
     def attach(self, app: FastAPI) -> None:
         app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import re
 import time
 import uuid
@@ -65,6 +66,8 @@ from skillos.worked_examples import WorkedExample, examples_block, select
 log = get_logger("gateway")
 
 CALLS = Counter("skillos_gateway_calls_total", "Gateway chat calls", ["stream", "status"])
+WITHHELD = Counter("skillos_gateway_skills_withheld_total",
+                   "Matching skills withheld at random from a new task (measured utility's control arm)")
 OVERHEAD = Histogram("skillos_gateway_overhead_seconds",
                      "Time of a non-streaming gateway call not spent waiting on the LLM backend (the skill "
                      "search, the trajectory's creation or lookup, the record)",
@@ -197,12 +200,18 @@ class _Accumulated:
 class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
-                 examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_caller: int = 0):
+                 examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_caller: int = 0,
+                 review_new_repos: bool = True, withhold_share: float = 0.0):
         """``max_calls_per_caller``: the calls one token may have waiting or at the backend (0: no bound;
-        open mode's callers share one label and are not bounded), so that no caller holds every turn."""
+        open mode's callers share one label and are not bounded), so that no caller holds every turn.
+        ``review_new_repos``: a repo this gateway creates makes curator op batches wait for review.
+        ``withhold_share``: each matching skill is withheld from a new task with this chance (measured utility)."""
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.policy = policy or RequestPolicy()
         self.max_calls_per_caller = max_calls_per_caller
+        self.review_new_repos = review_new_repos
+        self.withhold_share = withhold_share
+        self._draw = random.SystemRandom()   # who is withheld must not be predictable from outside
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
         self.models = models or [llm.model]
@@ -242,8 +251,8 @@ class ChatGateway:
 
     async def _create_repo(self, repo: str) -> None:
         try:
-            await self._repo.create_repo(repo)
-            log.info("gateway_repo_created", repo=repo)
+            await self._repo.create_repo(repo, {"review": self.review_new_repos})
+            log.info("gateway_repo_created", repo=repo, review=self.review_new_repos)
         except SkillRepoError as e:
             if e.status != 409:  # 409: created meanwhile
                 raise gateway_error(e.status if 400 <= e.status < 500 else 502, e.code,
@@ -277,12 +286,22 @@ class ChatGateway:
         if not task:
             raise gateway_error(400, "no_task", f"the conversation has no user message and no {TASK_HEADER} "
                                                 "header: nothing to find skills for", param="messages")
-        skills = await self._skills(repo, task, grant)
+        skills, withheld = self._withhold(await self._skills(repo, task, grant))
         tid = "trj-" + uuid.uuid4().hex
-        await asyncio.to_thread(self.store.create, tid, repo, task, model, skills, grant.caller_id)
+        await asyncio.to_thread(self.store.create, tid, repo, task, model, skills, grant.caller_id, withheld)
         now = time.time()
         return TrajectoryRow(id=tid, repo=repo, task=task, model=model, skills=skills, status=OPEN,
-                             created_at=now, updated_at=now, owner=grant.caller_id)
+                             created_at=now, updated_at=now, owner=grant.caller_id, withheld=withheld)
+
+    def _withhold(self, skills: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """(the skills served, the names withheld): each matching skill independently, at ``withhold_share``,
+        so that each skill has tasks it matched and was not shown in (its utility's control arm)."""
+        if not skills or self.withhold_share <= 0:
+            return skills, []
+        withheld = [s["name"] for s in skills if self._draw.random() < self.withhold_share]
+        if withheld:
+            WITHHELD.inc(len(withheld))
+        return [s for s in skills if s["name"] not in withheld], withheld
 
     def _record_later(self, row: TrajectoryRow, messages: list[dict[str, Any]], answer: dict[str, Any],
                       usage: dict[str, Any] | None) -> None:

@@ -43,6 +43,9 @@ class TrajectoryInfo(BaseModel):
     model: str
     skills: list[str] = Field(description="the skills injected into the conversation")
     examples: list[str] = Field(default_factory=list, description="ids of the skills' worked examples injected with them")
+    withheld: list[str] = Field(default_factory=list, description=(
+        "skills the search matched and the gateway withheld at random (their utility's control arm; shown to "
+        "operators only: a caller who knew its arm could choose whether to report)"))
     status: TrajectoryStatus
     created_at: float
     updated_at: float

@@ -37,6 +37,7 @@ from services.executor.gateway.trajectories.store import (
 )
 from skillos.auth import Authenticator, Grant
 from skillos.clients.curator import AsyncCuratorClient, CuratorError
+from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.errors import APIError
 from skillos.logging import get_logger
 from skillos.protocol.curator import CurateRequest, Outcome, RetrievedSkill, Trajectory, TrajectoryTurn
@@ -117,7 +118,7 @@ def curator_trajectory(row: TrajectoryRow) -> Trajectory:
 def info(row: TrajectoryRow, with_calls: bool = False, examples: list[str] | None = None) -> TrajectoryInfo:
     return TrajectoryInfo(
         id=row.id, repo=row.repo, task=row.task, model=row.model, skills=[s["name"] for s in row.skills],
-        examples=examples or [],
+        examples=examples or [], withheld=row.withheld,
         status=row.status, created_at=row.created_at, updated_at=row.updated_at, calls=row.calls, bytes=row.bytes,
         truncated=row.truncated, outcome=RecordedOutcome(**row.outcome) if row.outcome else None,
         curation=row.curation,
@@ -135,9 +136,10 @@ class Trajectories:
                  sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
                  judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None,
                  auth: Authenticator | None = None, examples: int = 1, examples_chars: int = 1600,
-                 retention_s: float = 0.0):
+                 retention_s: float = 0.0, skillrepo_url: str | None = None):
         """``retention_s``: ended trajectories (curated, failed, expired) are deleted this long after they
-        ended (0: kept)."""
+        ended (0: kept). ``skillrepo_url``: where each outcome is counted for the skills served and withheld
+        (measured utility; None: not counted)."""
         self.store = store
         self.retention_s = retention_s
         self.examples, self.examples_chars = examples, examples_chars   # what the chat calls were shown
@@ -149,6 +151,7 @@ class Trajectories:
         # a claim older than the longest a curation can take belongs to a process that died
         self.stale_s = curator_timeout_s * (curator_retries + 1) + 60
         self._curator = AsyncCuratorClient(curator_url, token=token, timeout=curator_timeout_s)
+        self._repo = AsyncSkillRepoClient(skillrepo_url, token=token, timeout=30.0) if skillrepo_url else None
         self._running: dict[str, asyncio.Task] = {}
         self._claims: dict[str, float] = {}  # the trajectories this process has claimed, and when
         self._sweeper: asyncio.Task | None = None
@@ -173,6 +176,8 @@ class Trajectories:
             except Exception:  # else the claim goes stale and is taken over later
                 log.exception("gateway_release_failed", trajectory=tid)
         await self._curator.aclose()
+        if self._repo is not None:
+            await self._repo.aclose()
 
     async def sweep(self) -> None:
         """Expire idle open trajectories; delete ended ones past the retention; hand closed ones nobody is
@@ -257,7 +262,10 @@ class Trajectories:
     async def get(self, tid: str, with_calls: bool, grant: Grant) -> TrajectoryInfo:
         row = await self._row(tid, grant, write=False, with_calls=with_calls)
         shown = served_examples(row.skills, row.task, self.examples, self.examples_chars)
-        return info(row, with_calls, [e.id for e in shown])
+        got = info(row, with_calls, [e.id for e in shown])
+        if not grant.operator:   # a caller who saw its arm could choose whether to report: the control arm is blind
+            got.withheld = []
+        return got
 
     async def outcome(self, tid: str, body: OutcomeRequest, grant: Grant) -> OutcomeResponse:
         await self._row(tid, grant, write=True)
@@ -307,6 +315,7 @@ class Trajectories:
         if row is None or row.status != CURATING:
             return
         outcome = row.outcome or {}
+        await self._count_outcome(row, outcome)
         request = CurateRequest(
             trajectory=curator_trajectory(row), self_judged_success=bool(outcome.get("success")),
             retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
@@ -341,6 +350,19 @@ class Trajectories:
             "call_id": resp.call_id, "applied": resp.applied, "validity_rate": resp.validity_rate,
             "error": resp.error, "calls": [json.loads(c.model_dump_json()) for c in resp.calls]}
         await self._finish(tid, FAILED if resp.error else CURATED, result, claimed_at)
+
+    async def _count_outcome(self, row: TrajectoryRow, outcome: dict[str, Any]) -> None:
+        """The outcome counted for each skill served and withheld (once per trajectory: the repo keys it by
+        the id, so a retried curation counts nothing twice). A repo that cannot be told now loses this
+        task's count, not its curation."""
+        served = [s["name"] for s in row.skills]
+        if self._repo is None or not (served or row.withheld):
+            return
+        try:
+            await self._repo.record_outcome(row.repo, row.id, bool(outcome.get("success")),
+                                            "judge" if outcome.get("judged") else "caller", served, row.withheld)
+        except SkillRepoError as e:
+            log.warning("utility_not_counted", trajectory=row.id, repo=row.repo, error=str(e))
 
     async def _finish(self, tid: str, status: str, result: dict[str, Any], claimed_at: float) -> None:
         if not await self._db(self.store.finish, tid, status, result, claimed_at):

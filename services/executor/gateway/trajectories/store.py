@@ -63,6 +63,7 @@ class TrajectoryRow:
     outcome: dict[str, Any] | None = None
     curation: dict[str, Any] | None = None
     owner: str | None = None   # the caller who opened it (`skillos.auth.Grant.caller_id`)
+    withheld: list[str] = field(default_factory=list)   # matching skills not served (measured utility's control)
     recorded: list[dict[str, Any]] = field(default_factory=list)  # the calls, when asked for
 
 
@@ -74,7 +75,8 @@ def _row(r) -> TrajectoryRow:
     return TrajectoryRow(id=r.id, repo=r.repo, task=r.task, model=r.model, skills=json.loads(r.skills),
                          status=r.status, created_at=r.created_at, updated_at=r.updated_at, calls=r.calls,
                          bytes=r.bytes, seen_messages=r.seen_messages, truncated=bool(r.truncated),
-                         outcome=_loads(r.outcome), curation=_loads(r.curation), owner=r.owner)
+                         outcome=_loads(r.outcome), curation=_loads(r.curation), owner=r.owner,
+                         withheld=_loads(r.withheld) or [])
 
 
 def _upgrade(conn: Connection) -> None:
@@ -145,7 +147,7 @@ class TrajectoryStore:
             self._engine.dispose()
 
     def create(self, tid: str, repo: str, task: str, model: str, skills: list[dict[str, Any]],
-               owner: str | None = None) -> None:
+               owner: str | None = None, withheld: list[str] | None = None) -> None:
         """A new open trajectory. Its task (cut at `MAX_TASK_CHARS`) and skills count toward ``max_bytes``: a
         caller's first message is the task, and must not be a way around the bound."""
         now = time.time()
@@ -154,7 +156,7 @@ class TrajectoryStore:
             c.execute(insert(trajectories).values(
                 id=tid, repo=repo, task=task, model=model, skills=dumped, status=OPEN, created_at=now,
                 updated_at=now, calls=0, bytes=len(task.encode()) + len(dumped), seen_messages=0, truncated=False,
-                owner=owner))
+                owner=owner, withheld=json.dumps(withheld) if withheld else None))
 
     def discard_unused(self, tid: str) -> bool:
         """Delete an open trajectory no call was recorded in: its first call was refused by the backend (a

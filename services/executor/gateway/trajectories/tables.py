@@ -27,6 +27,7 @@ trajectories = Table(
     Column("curation", Text, nullable=True),          # JSON: the curator's verdicts, or why it failed
     Column("claimed_at", Float, nullable=True),       # when a process began curating it
     Column("owner", String(64), nullable=True),       # the opener's `Grant.caller_id` (NULL: before 0002)
+    Column("withheld", Text, nullable=True),          # JSON: names of matching skills withheld at random (0003)
 )
 Index("ix_gateway_trajectories_status_updated", trajectories.c.status, trajectories.c.updated_at)
 
