@@ -10,7 +10,6 @@ error shape (`APIError`): a storage refusal (`store.StoreError`) becomes its HTT
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
@@ -29,6 +28,8 @@ from pydantic_core import PydanticSerializationError, from_json
 from services.skillrepo import examples as worked
 from services.skillrepo.db import migrate
 from services.skillrepo.dense import POOL, DenseIndexes, DenseUnavailable, Encoder, fuse
+from services.skillrepo.errors import answers_api_errors as _answers_api_errors
+from services.skillrepo.errors import http_error
 from services.skillrepo.index_files import IndexFiles
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.ops import apply_ops
@@ -38,15 +39,11 @@ from services.skillrepo.search import tokenize
 from services.skillrepo.settings import SkillRepoSettings
 from services.skillrepo.store import (
     LogRow,
-    RepoExists,
     RepoNotFound,
     RepoRow,
     SkillNotFound,
-    SnapshotExists,
-    SnapshotNotFound,
     Store,
     StoredSkill,
-    StoreError,
     VersionRow,
     blob_of,
 )
@@ -128,35 +125,6 @@ def _bounded_tarinfo(max_total: int) -> type[tarfile.TarInfo]:
 def format_error(e: SkillFormatError, where: str = "") -> APIError:
     status = 413 if e.code in ("body_too_large", "frontmatter_too_large") else 400
     return APIError(status, e.code, f"{where}{e.message}")
-
-
-def http_error(e: StoreError) -> APIError:
-    """The API's answer to a storage refusal: status, code and message are part of the HTTP API."""
-    match e:
-        case RepoNotFound():
-            return APIError(404, "repo_not_found", f"repo {e.repo!r} does not exist: create it with POST /v1/repos")
-        case SkillNotFound():
-            return APIError(404, "skill_not_found", f"skill {e.name!r} does not exist in repo {e.repo!r}")
-        case SnapshotNotFound():
-            return APIError(404, "snapshot_not_found", f"repo {e.repo!r} has no snapshot {e.label!r}")
-        case RepoExists():
-            return APIError(409, "repo_exists", f"repo {e.repo!r} already exists: pick another name")
-        case SnapshotExists():
-            return APIError(409, "snapshot_exists",
-                            f"repo {e.repo!r} already has a snapshot {e.label!r}: pick another label")
-    return APIError(500, "storage_error", str(e))
-
-
-def _answers_api_errors(method):
-    """A service method whose storage refusals reach its caller as `APIError`s."""
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        try:
-            return method(*args, **kwargs)
-        except StoreError as e:
-            raise http_error(e) from e
-
-    return call
 
 
 _BULK_KEYS = frozenset({"name", "description", "body", "metadata"})
@@ -255,7 +223,7 @@ class SkillRepoService:
         self.announcer = Announcer(self.indexes, self.settings.redis_url, self.settings.redis_channel,
                                    self.settings.sync_interval_s)
         self.review = Review(self)
-        self.utility = Utility(self)
+        self.utility = Utility(self.store)
 
     def start(self) -> None:
         self.announcer.start()

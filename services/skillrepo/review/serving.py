@@ -10,17 +10,17 @@ newer proposal.
 from __future__ import annotations
 
 import difflib
-import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import TypeAdapter
 from sqlalchemy import func, select
 
 from services.skillrepo import examples as worked
+from services.skillrepo.errors import answers_api_errors
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as sql
-from services.skillrepo.store import RepoNotFound, SkillNotFound, StoreError, WriteTx
+from services.skillrepo.store import RepoNotFound, SkillNotFound, WriteTx
 from services.skillrepo.tables import skill_versions
 from skillos.auth import Grant, current_caller
 from skillos.errors import APIError
@@ -35,7 +35,16 @@ from skillos.protocol.skillrepo import (
 from skillos.skills import SkillFormatError, normalize_name, serialize, skill_from_call
 
 if TYPE_CHECKING:
-    from services.skillrepo.serving import SkillRepoService
+    from services.skillrepo.settings import SkillRepoSettings
+    from services.skillrepo.store import Store
+
+
+class SkillRepoService(Protocol):
+    """What the review gate uses of the skill repo service (`services.skillrepo.serving.SkillRepoService`)."""
+    store: Store
+    settings: SkillRepoSettings
+
+    def _committed(self, repo: Any, changes: Any) -> None: ...
 
 _VERDICTS = TypeAdapter(list[OpOutcome])
 
@@ -43,19 +52,6 @@ _VERDICTS = TypeAdapter(list[OpOutcome])
 def writer_label() -> str | None:
     caller = current_caller()
     return caller.token_label if caller is not None else None
-
-
-def _answers(method):
-    """Storage refusals (a repo that is not there) as the route's 4xx, not a 500."""
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        # deferred: services.skillrepo.serving imports this module
-        from services.skillrepo.serving import http_error
-        try:
-            return method(*args, **kwargs)
-        except StoreError as e:
-            raise http_error(e) from e
-    return call
 
 
 def require_operator(grant: Grant, what: str) -> None:
@@ -154,7 +150,7 @@ class Review:
         with self.svc.store.engine.connect() as conn:
             return sql.policy_of(conn, repo_id, default_policy(self.svc))
 
-    @_answers
+    @answers_api_errors
     def set_policy(self, repo: str, policy: RepoPolicy) -> RepoPolicy:
         policy.pinned = sorted({normalize_name(n, strict=False) or n for n in policy.pinned})
         with self.svc.store.write(repo) as tx:
@@ -200,7 +196,7 @@ class Review:
         return ProposedChange(index=index, op=op_name, skill_name=name, new_name=new_name, current=current,
                               proposed=proposed, diff=diff)
 
-    @_answers
+    @answers_api_errors
     def decide(self, repo: str, pid: int, approve: bool, note: str | None, grant: Grant) -> Proposal:
         """Approve (apply the batch now, as the reviewer's write) or reject a pending proposal: an operator or
         one of the policy's reviewers, never the token that wrote it."""

@@ -19,7 +19,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 if TYPE_CHECKING:
-    from services.skillrepo.serving import SkillRepoService
+    from services.skillrepo.store import Store
 
 ALL_SOURCES = ["caller", "environment", "judge"]
 # per arm, not per skill: a label per skill would be a series per skill of every repo (the API has those)
@@ -35,8 +35,8 @@ def utility_of(name: str, arms: dict[str, tuple[int, int]]) -> SkillUtility:
 
 
 class Utility:
-    def __init__(self, svc: SkillRepoService):
-        self.svc = svc
+    def __init__(self, store: Store):
+        self.store = store
 
     def record(self, repo: str, report: OutcomeReport) -> OutcomeRecorded:
         names = {n: normalize_name(n, strict=False) for n in [*report.served, *report.withheld]}
@@ -51,10 +51,10 @@ class Utility:
             raise APIError(400, "invalid_report", f"skills both served and withheld: {sorted(both)[:5]}: a skill "
                                                   "is in one arm of a task", details={"param": "withheld"})
         try:
-            repo_id = self.svc.store.get_repo(repo, count=False).id
+            repo_id = self.store.get_repo(repo, count=False).id
         except RepoNotFound:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist") from None
-        with self.svc.store.engine.begin() as conn:   # no repo lock: an outcome is no write of the repo's skills
+        with self.store.engine.begin() as conn:   # no repo lock: an outcome is no write of the repo's skills
             n = sql.record(conn, repo_id, report, now())
         if n:
             for arm, names in (("served", report.served), ("withheld", report.withheld)):
@@ -64,11 +64,11 @@ class Utility:
 
     def report(self, repo: str, sources: list[str] | None, skill: str | None = None) -> UtilityReport:
         try:
-            repo_id = self.svc.store.get_repo(repo, count=False).id
+            repo_id = self.store.get_repo(repo, count=False).id
         except RepoNotFound:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist") from None
         chosen = sorted(set(sources or ALL_SOURCES), key=ALL_SOURCES.index)
-        with self.svc.store.engine.connect() as conn:
+        with self.store.engine.connect() as conn:
             counted = sql.counts(conn, repo_id, chosen, skill)
         # the most-served first: the skills whose numbers say most
         skills = sorted((utility_of(n, a) for n, a in counted.items()), key=lambda u: (-u.served - u.withheld, u.name))
