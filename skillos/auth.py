@@ -13,6 +13,12 @@ asks it for the repo it touches (`Grant.require`). The grant of the request bein
 `current_caller()` (a context variable, which worker threads started with anyio or asyncio inherit): what a
 write records as its writer, from the server's side (the op log's ``writer``: the token's label, ``token#<n>``
 unless the entry names one).
+
+An entry may name its token by the token's SHA-256 digest instead, ``sha256:<64 hex digits>:scope[:prefix
+[:label]]`` (`token_digest`, `skillos token digest`): a process that only checks tokens (an env server) then holds none it
+could send. Every entry is kept as a digest, and a caller's token is hashed once and compared with each in
+constant time (`hmac.compare_digest`); the entry's `Grant.caller_id` is the same either way, so a gateway
+trajectory's owner stays its owner when its entry is rewritten as a digest.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ from fastapi.security import HTTPBearer
 
 from skillos.errors import APIError
 from skillos.logging import get_logger
-from skillos.placeholders import refuse_placeholder
+from skillos.placeholders import PLACEHOLDERS, refuse_placeholder
 
 SCOPES = ("read", "rw")
+DIGEST_SCHEME = "sha256"   # an entry starting with "sha256:" names its token by digest
+HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 LABEL = re.compile(r"[A-Za-z0-9._#-]{1,64}")
 _CALLER: ContextVar[Grant | None] = ContextVar("skillos_caller", default=None)
 # where a repo name's words part (REPO_NAME_PATTERN allows these three besides letters and digits)
@@ -94,31 +102,91 @@ class Grant:
 OPEN = Grant("rw", None, "open")
 
 
+def token_digest(token: str) -> str:
+    """A token's SHA-256 digest, 64 lower-case hex digits: what an entry ``sha256:<digest>:scope...`` names."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _caller_id_of_digest(digest: str) -> str:
+    return "tok-" + digest[:24]
+
+
 def caller_id(token: str) -> str:
     """A stable name for a token that does not give it away (kept in the gateway's database)."""
-    return "tok-" + hashlib.sha256(token.encode()).hexdigest()[:24]
+    return _caller_id_of_digest(token_digest(token))
+
+
+def digest_entry(token: str, scope: str, prefix: str | None = None, label: str | None = None) -> str:
+    """The SKILLOS_AUTH_TOKENS entry that grants ``token`` by its digest (parsed back by `parse_tokens`)."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope is one of {', '.join(SCOPES)}, not {scope!r}")
+    if label is not None and not LABEL.fullmatch(label):
+        raise ValueError("a label is 1-64 letters, digits, '.', '_', '-' or '#'")
+    if prefix and any(c in prefix for c in ":,"):
+        raise ValueError("a repo prefix holds no ':' or ','")
+    refuse_placeholder(token, "the token")
+    entry = f"{DIGEST_SCHEME}:{token_digest(token)}:{scope}"
+    if prefix or label:
+        entry += f":{prefix or ''}"
+    if label:
+        entry += f":{label}"
+    return entry
+
+
+# the digests of the shipped placeholders: an entry naming one by digest is refused as the placeholder is
+_PLACEHOLDER_DIGESTS = {token_digest(v) for p in PLACEHOLDERS for v in (p, p.upper())}
 
 
 def parse_tokens(spec: str) -> list[tuple[str, Grant]]:
-    """The grants of SKILLOS_AUTH_TOKENS; ValueError for a malformed entry, a placeholder token, or a label
-    given twice (or ``open``, open mode's): the op log's writer must name one token."""
+    """The grants of SKILLOS_AUTH_TOKENS, each with its token's SHA-256 digest (hex): an entry names its token
+    as it is or by that digest (``sha256:<hex>:...``). ValueError for a malformed entry or digest, a placeholder
+    token (or its digest), or a label given twice (or ``open``, open mode's): the op log's writer must name one
+    token."""
     grants: list[tuple[str, Grant]] = []
     for i, entry in enumerate(p.strip() for p in spec.split(",")):
         if not entry:
             continue
         parts = entry.split(":")
+        if parts[0].lower() == DIGEST_SCHEME:   # a digest entry: the token itself is not here
+            if len(parts) < 2 or not HEX_DIGEST.fullmatch(parts[1]):   # the value is not echoed: a token, maybe
+                raise ValueError(f"SKILLOS_AUTH_TOKENS entry {i + 1} starts with 'sha256:' but what follows is not "
+                                 "a SHA-256 digest (64 hex digits): write 'sha256:<digest>:read|rw[:repo-prefix"
+                                 "[:label]]' with the digest `skillos token digest` prints")
+            digest, parts = parts[1].lower(), parts[1:]
+            if digest in _PLACEHOLDER_DIGESTS:
+                raise ValueError(f"SKILLOS_AUTH_TOKENS entry {i + 1} is the digest of the deployment template's "
+                                 "placeholder token: set a secret of your own (for example `openssl rand -hex 32`)")
+        else:
+            digest = None
         if len(parts) not in (2, 3, 4) or not parts[0] or parts[1] not in SCOPES:
-            raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix[:label]]'")
-        refuse_placeholder(parts[0], f"SKILLOS_AUTH_TOKENS entry {i + 1}")
+            raise ValueError(f"auth token entry {i + 1} is not 'token:read|rw[:repo-prefix[:label]]' "
+                             "(or 'sha256:<digest>:read|rw[:repo-prefix[:label]]')")
+        if digest is None:
+            refuse_placeholder(parts[0], f"SKILLOS_AUTH_TOKENS entry {i + 1}")
+            digest = token_digest(parts[0])
         label = parts[3] if len(parts) == 4 and parts[3] else f"token#{i + 1}"
         if not LABEL.fullmatch(label):
             raise ValueError(f"auth token entry {i + 1}: its label is 1-64 letters, digits, '.', '_', '-' or '#'")
         if label == OPEN.token_label or any(g.token_label == label for _, g in grants):
             raise ValueError(f"auth token entry {i + 1}: the label {label!r} is taken (open mode's, or an "
                              "earlier entry's): give each token a label of its own")
-        grants.append((parts[0], Grant(parts[1], parts[2] if len(parts) >= 3 and parts[2] else None, label,
-                                       caller_id(parts[0]))))
+        grants.append((digest, Grant(parts[1], parts[2] if len(parts) >= 3 and parts[2] else None, label,
+                                     _caller_id_of_digest(digest))))
     return grants
+
+
+def digest_tokens(spec: str) -> str:
+    """``spec`` (a SKILLOS_AUTH_TOKENS value) with each token replaced by ``sha256:<its digest>``, digest entries
+    kept as they are: the same grants (scopes, prefixes, labels, owners) for a service that only checks tokens.
+    ValueError for what `parse_tokens` refuses."""
+    parse_tokens(spec)
+    out = []
+    for entry in (p.strip() for p in spec.split(",")):   # empty entries kept: default labels count them
+        if entry and entry.split(":")[0].lower() != DIGEST_SCHEME:
+            token, rest = entry.split(":", 1)
+            entry = f"{DIGEST_SCHEME}:{token_digest(token)}:{rest}"
+        out.append(entry)
+    return ",".join(out)
 
 
 class Authenticator:
@@ -126,7 +194,7 @@ class Authenticator:
         if mode not in ("open", "tokens"):
             raise ValueError("auth mode is 'open' or 'tokens'")
         self.mode = mode
-        self._grants = parse_tokens(tokens)
+        self._grants = [(bytes.fromhex(d), g) for d, g in parse_tokens(tokens)]   # (sha256 digest, grant)
         if mode == "tokens" and not self._grants:
             raise ValueError("auth mode 'tokens' needs at least one token in SKILLOS_AUTH_TOKENS")
         for _, g in self._grants:
@@ -151,9 +219,9 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token.strip():
             raise APIError(401, "unauthorized", "malformed Authorization header: use 'Bearer <token>'",
                            headers={"WWW-Authenticate": "Bearer"})
-        token = token.strip().encode()
+        presented = hashlib.sha256(token.strip().encode()).digest()   # compared as digests: entries may hold no token
         for known, grant in self._grants:
-            if hmac.compare_digest(known.encode(), token):
+            if hmac.compare_digest(known, presented):
                 return grant
         raise APIError(401, "unauthorized", "unknown token", headers={"WWW-Authenticate": "Bearer"})
 

@@ -18,6 +18,13 @@ number no setting knows (hundreds of calls for vLLM on a GPU; SmolLM2 on two cor
 limit starts at 4; a call that spent more than ``target_s`` at the backend (half the LLM timeout) cuts it by a
 fifth; a call that came back sooner while the limit was full raises it by 1/limit, up to ``max_limit``
 (SKILLOS_EXECUTOR_MAX_LLM_CALLS). `/metrics` shows where it settled.
+
+A caller's share (`Shares`): one token may hold at most a share of those turns, waiting or admitted, whichever
+route it comes through (the gateway's chat calls, SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER; /v1/act and /v1/judge,
+SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER: one count per token, each route checking it against its own bound), and
+a share of the episode slots (SKILLOS_EXECUTOR_MAX_EPISODES_PER_CALLER, `services.executor.serving`); one more
+is refused at once (429 ``too_many_requests`` with Retry-After), never queued: a caller that fills its share
+waits for nobody but itself, and every other caller still gets through.
 """
 
 from __future__ import annotations
@@ -60,11 +67,46 @@ class Overloaded(Exception):
 
 
 class CallerBusy(Exception):
-    """The caller already has its share of calls waiting or at the backend (`Admission.enter`'s ``share``)."""
+    """The caller already has its share of calls waiting or at the backend (`Admission.enter`'s ``share``), or
+    of episodes (`Shares.take`'s ``what``); ``retry_after_s``: about when one of them ends (1-60)."""
 
-    def __init__(self, held: int):
-        super().__init__(f"this token has {held} calls waiting or at the backend, the most one caller may")
-        self.held = held
+    def __init__(self, held: int, what: str = "calls waiting or at the backend", retry_after_s: int = 1):
+        super().__init__(f"this token has {held} {what}, the most one caller may")
+        self.held, self.retry_after_s = held, retry_after_s
+
+    def api_error(self, setting: str) -> APIError:
+        """429 ``too_many_requests`` with Retry-After, naming the ``setting`` that sets the share."""
+        return APIError(429, "too_many_requests", f"{self} ({setting}): send the next when one has ended",
+                        headers={"Retry-After": str(self.retry_after_s)})
+
+
+class Shares:
+    """What each caller holds of a bounded pool (LLM turns, episode slots): ``take`` counts one more for a caller
+    or raises `CallerBusy` at once when it already holds ``share``; ``give_back`` returns one. A ``caller`` of
+    None or a ``share`` of 0 is not counted (open mode, an operator's token, the service's own work)."""
+
+    def __init__(self, what: str = "calls waiting or at the backend"):
+        self.what = what
+        self.held: dict[str, int] = {}   # only callers holding something
+
+    def take(self, caller: str | None, share: int, retry_after_s: int = 1) -> str | None:
+        """The caller as counted (None: not counted; give that back, it is a no-op)."""
+        if caller is None or share <= 0:
+            return None
+        held = self.held.get(caller, 0)
+        if held >= share:
+            raise CallerBusy(held, self.what, retry_after_s)
+        self.held[caller] = held + 1
+        return caller
+
+    def give_back(self, caller: str | None) -> None:
+        if caller is None:
+            return
+        left = self.held.get(caller, 0) - 1
+        if left > 0:
+            self.held[caller] = left
+        else:
+            self.held.pop(caller, None)
 
 
 class Turn:
@@ -96,7 +138,7 @@ class Admission:
         self.in_flight = 0
         self._waiters: deque[asyncio.Future] = deque()
         self._call_s = 1.0   # a moving average of how long an admitted call holds its turn
-        self._by_caller: dict[str, int] = {}   # calls waiting or admitted, of the callers that have a share
+        self._shares = Shares()   # calls waiting or admitted, per caller, whichever route
         LIMIT.set(self.limit)
 
     @property
@@ -114,29 +156,25 @@ class Admission:
         """Wait for a turn and return it (`Turn.leave` when the call is done). Raises `Overloaded` after
         ``wait_s``; a caller cancelled while waiting takes no turn. With a ``caller`` and a ``share`` > 0, that
         caller holds at most ``share`` calls waiting or admitted: one more raises `CallerBusy` at once (so that
-        no caller holds every turn)."""
-        if caller is not None and share > 0:
-            held = self._by_caller.get(caller, 0)
-            if held >= share:
-                REJECTED.labels(route).inc()
-                raise CallerBusy(held)
-            self._by_caller[caller] = held + 1
-        else:
-            caller = None
+        no caller holds every turn). A caller's calls count together whatever their route: each route checks
+        that count against its own ``share``."""
+        try:
+            caller = self._shares.take(caller, share, self._own_call_s())
+        except CallerBusy:
+            REJECTED.labels(route).inc()
+            raise
         try:
             return await self._enter(route, caller)
         except BaseException:
             self._release(caller)
             raise
 
+    def _own_call_s(self) -> int:
+        """About when one of a caller's own calls ends (its Retry-After when its share is full), 1-60 s."""
+        return max(1, min(60, math.ceil(self._call_s)))
+
     def _release(self, caller: str | None) -> None:
-        if caller is None:
-            return
-        left = self._by_caller.get(caller, 0) - 1
-        if left > 0:
-            self._by_caller[caller] = left
-        else:
-            self._by_caller.pop(caller, None)
+        self._shares.give_back(caller)
 
     async def _enter(self, route: str, caller: str | None) -> Turn:
         asked = time.perf_counter()
@@ -191,8 +229,9 @@ class Admission:
                 self.in_flight += 1
 
     @asynccontextmanager
-    async def turn(self, route: str) -> AsyncIterator[None]:
-        held = await self.enter(route)
+    async def turn(self, route: str, caller: str | None = None, share: int = 0) -> AsyncIterator[None]:
+        """`enter` and `Turn.leave` around a block."""
+        held = await self.enter(route, caller, share)
         try:
             yield
         finally:

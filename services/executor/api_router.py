@@ -34,19 +34,24 @@ def _may_read(grant: Grant, repo: str | None) -> None:
 async def run_episode(body: EpisodeRequest, request: Request, auth: Auth) -> EpisodeResponse:
     """An LLM failure mid-episode is not an HTTP error: the episode comes back with
     ``success=false``, ``stop_reason="llm_error"`` and ``error`` saying why. A client that disconnects
-    cancels its episode. With auth on, the token must reach the repo the skills come from."""
+    cancels its episode. With auth on, the token must reach the repo the skills come from, and holds at most
+    SKILLOS_EXECUTOR_MAX_EPISODES_PER_CALLER episodes running or waiting (beyond: 429 ``too_many_requests`` with
+    Retry-After; an operator's token has no such share: `services.executor.serving.caller_of`)."""
     _may_read(auth, body.repo)
-    return await unless_disconnected(request, _executor(request).run_episode(body))
+    return await unless_disconnected(request, _executor(request).run_episode(body, auth))
 
 
 @router.post("/act", response_model=ActResponse, responses=_ERRORS,
              summary="One decision (thought + action) for an agent in production")
 async def act(body: ActRequest, request: Request, auth: Auth) -> ActResponse:
+    """With auth on, the token must reach the repo the skills come from; it holds at most
+    SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER calls (these, /v1/judge and its gateway calls together) waiting or at
+    the LLM (beyond: 429 ``too_many_requests`` with Retry-After; not an operator's token)."""
     _may_read(auth, body.repo)
-    return await unless_disconnected(request, _executor(request).act(body))
+    return await unless_disconnected(request, _executor(request).act(body, auth))
 
 
 @router.post("/judge", response_model=JudgeResponse, responses=_ERRORS,
              summary="Self-judged success of a trajectory by the executor's own model")
-async def judge(body: JudgeRequest, request: Request, _auth: Auth) -> JudgeResponse:
-    return await _executor(request).judge(body)
+async def judge(body: JudgeRequest, request: Request, auth: Auth) -> JudgeResponse:
+    return await _executor(request).judge(body, auth)

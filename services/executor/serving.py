@@ -10,6 +10,9 @@ Routes (api_router.py) only translate HTTP to these methods. What fails where:
   and when it cannot be (or in /v1/judge, which shows the whole trajectory) -> 400 ``context_exceeded``;
   more single calls (/v1/act, /v1/judge, the gateway) than the backend should hold at once wait their turn,
   then -> 429 ``overloaded`` with Retry-After (`services.executor.admission`);
+- a token that already holds its share of those calls (SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER, counted with its
+  gateway calls) or of the episode slots (SKILLOS_EXECUTOR_MAX_EPISODES_PER_CALLER) -> 429 ``too_many_requests``
+  with Retry-After at once (`caller_of`: an operator's token, the services' own, has no share);
 - the env fails mid-episode -> ``stop_reason="env_error"``, ``success=false``.
 """
 
@@ -17,18 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
+import time
+from contextlib import asynccontextmanager
 from functools import partial
 
 from prometheus_client import Counter, Histogram
 
-from services.executor.admission import Admission, Overloaded
+from services.executor.admission import Admission, CallerBusy, Overloaded, Shares
 from services.executor.settings import ExecutorSettings
 from skillos.acting import episode as acting
 from skillos.acting.options import ActingOptions
 from skillos.acting.parse import parse_action
 from skillos.acting.player import EpisodePlayer, token_count
 from skillos.acting.prompt import JUDGE_SCHEMA, agent_messages, avoided, judge_messages
+from skillos.auth import Grant
 from skillos.clients.envs import AsyncEnvClient, EnvError
 from skillos.clients.skillrepo import SkillRepoError
 from skillos.errors import APIError
@@ -52,6 +59,8 @@ EPISODES = Counter("skillos_executor_episodes_total", "Episodes run", ["env", "s
 TURNS = Counter("skillos_executor_turns_total", "Episode turns", ["env", "parse"])
 EPISODE_SECONDS = Histogram("skillos_executor_episode_seconds", "Episode wall time", ["env"],
                             buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200))
+REFUSED = Counter("skillos_executor_episodes_refused_total",
+                  "episodes answered 429: the caller's token held its share of the slots")
 OVERHEAD_SECONDS = Histogram("skillos_executor_turn_overhead_seconds",
                              "Per-turn time not spent in the LLM or the env",
                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
@@ -90,6 +99,19 @@ def _repo_error_to_api(e: SkillRepoError) -> APIError:
     if 400 <= e.status < 500:
         return APIError(e.status if e.status in (404, 422) else 400, e.code, f"skill repo: {e.message}")
     return APIError(502, "upstream_unavailable", f"skill repo: {e.message}")
+
+
+def caller_of(grant: Grant | None) -> str | None:
+    """Whom a call counts against (`services.executor.admission.Shares`): the token's digest (`Grant.caller_id`;
+    labels may repeat across replicas' configs, digests do not); None, not counted, for an operator's token (rw
+    without a prefix: the services' own, which `skillos run`, the trainer and the curator send, and open mode's
+    one caller) and for the executor's own work (the gateway's self-judge at expiry). Why operators have no
+    share: their runs' concurrency is their own setting (`skillos run`'s 4 episodes at once, the trainer's
+    rollouts), a share would slow the paper's runs for nothing, and such a token reaches every repo and
+    trajectory already, so holding every turn gives it nothing it lacks; the global bounds still hold it."""
+    if grant is None or grant.operator:
+        return None
+    return grant.caller_id
 
 
 def read_judgement(text: str) -> tuple[bool, bool, str]:
@@ -133,6 +155,9 @@ class Executor:
         # calls take more than half the LLM timeout (a call that would time out is a 502)
         self.admission = Admission(settings.executor_max_llm_calls, settings.executor_llm_queue_s,
                                    target_s=settings.executor_llm_target_s or llm_settings.timeout_s / 2)
+        # what each token holds of the episode slots (running or waiting for one); its calls' share is admission's
+        self._episode_shares = Shares("episodes running or waiting for a slot")
+        self._episode_s = 30.0   # a moving average of an episode's wall time: a full share's Retry-After
 
     @property
     def llm(self):
@@ -162,14 +187,31 @@ class Executor:
             raise _repo_error_to_api(e) from e
 
     # ---------------------------------------------------------------- episodes
-    async def run_episode(self, req: EpisodeRequest) -> EpisodeResponse:
-        async with self._slots:
+    @asynccontextmanager
+    async def _episode_share(self, grant: Grant | None):
+        """The caller's share of the episode slots for the block (429 at once when it holds its share)."""
+        try:
+            caller = self._episode_shares.take(caller_of(grant), self.settings.executor_max_episodes_per_caller,
+                                               max(1, min(60, math.ceil(self._episode_s))))
+        except CallerBusy as e:
+            REFUSED.inc()
+            raise e.api_error("SKILLOS_EXECUTOR_MAX_EPISODES_PER_CALLER") from None
+        try:
+            yield
+        finally:
+            self._episode_shares.give_back(caller)
+
+    async def run_episode(self, req: EpisodeRequest, grant: Grant | None = None) -> EpisodeResponse:
+        """``grant``: the caller's, whose share of the episode slots this one takes (`caller_of`)."""
+        async with self._episode_share(grant), self._slots:
+            started = time.perf_counter()
             try:
                 resp = await self.player.play(req, on_turn=lambda turn: TURNS.labels(req.env, turn.parse).inc())
             except EnvError as e:  # the session could not be opened
                 raise _env_error_to_api(e, f"{req.env} env at {self.env(req.env).base_url}") from e
             except SkillRepoError as e:
                 raise _repo_error_to_api(e) from e
+            self._episode_s = 0.9 * self._episode_s + 0.1 * (time.perf_counter() - started)
         timing = resp.timing
         if resp.steps:
             OVERHEAD_SECONDS.observe(timing.overhead_s / resp.steps)
@@ -180,7 +222,8 @@ class Executor:
         return resp
 
     # ---------------------------------------------------------------- single decisions
-    async def act(self, req: ActRequest) -> ActResponse:
+    async def act(self, req: ActRequest, grant: Grant | None = None) -> ActResponse:
+        """``grant``: the caller's, whose share of the LLM turns this call takes (`caller_of`)."""
         skills = await self.skills_for(req.task, req.repo, req.skills, req.k, req.retrieval)
         history = [(h.observation, h.action, h.thought) for h in req.history]
         opts = self.acting_options(req.acting)
@@ -193,7 +236,7 @@ class Executor:
                                action_format=self.action_format, options=opts, task_type=req.task_type,
                                task_id=req.task_id)
         try:   # a history longer than the context is shortened from its oldest steps, as in an episode
-            async with self.admission.turn("act"):
+            async with self.admission.turn("act", caller_of(grant), self.settings.executor_max_calls_per_caller):
                 res, _ = await acting.ask_fitting(
                     self.llm, messages_for, past=len(history), history_len=req.history_len,
                     temperature=req.sampling.temperature, top_p=req.sampling.top_p,
@@ -203,12 +246,15 @@ class Executor:
             raise _llm_error_to_api(e) from e
         except Overloaded as e:
             raise e.api_error() from None
+        except CallerBusy as e:
+            raise e.api_error("SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER") from None
         parsed = parse_action(_close_tags(res.content), req.admissible_actions)
         return ActResponse(action=parsed.action, thought=parsed.thought, raw_action=parsed.raw_action,
                            valid=parsed.valid, parse=parsed.parse, skills=skills, tokens=token_count([res]),
                            latency_s=res.latency_s, completion=res.content)
 
-    async def judge(self, req: JudgeRequest) -> JudgeResponse:
+    async def judge(self, req: JudgeRequest, grant: Grant | None = None) -> JudgeResponse:
+        """``grant``: the caller's (`caller_of`); None for the executor's own work (the gateway's self-judge)."""
         turns = [(t.observation, t.action) for t in req.turns]
         json_mode = self.action_format == "json"
         messages = judge_messages(req.env, req.task, turns, req.final_answer, ended_by_env=req.ended_by_env,
@@ -218,14 +264,15 @@ class Executor:
         fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "verdict", "schema": JUDGE_SCHEMA}}
                } if json_mode else {}
         res = await self._chat_or_502(messages, sampling.model_copy(update={"temperature": temperature}), req.seed,
-                                      **fmt)
+                                      caller=caller_of(grant), **fmt)
         success, parsed, reason = read_judgement(res.content)
         return JudgeResponse(success=success, parsed=parsed, reason=reason, completion=res.content,
                              tokens=token_count([res]), latency_s=res.latency_s)
 
-    async def _chat_or_502(self, messages, sampling, seed, stop=None, response_format=None) -> ChatResult:
+    async def _chat_or_502(self, messages, sampling, seed, stop=None, response_format=None,
+                           caller: str | None = None) -> ChatResult:
         try:
-            async with self.admission.turn("judge"):
+            async with self.admission.turn("judge", caller, self.settings.executor_max_calls_per_caller):
                 return await self.llm.chat(messages, temperature=sampling.temperature, top_p=sampling.top_p,
                                            max_tokens=sampling.max_tokens, seed=seed, stop=stop,
                                            response_format=response_format)
@@ -233,3 +280,5 @@ class Executor:
             raise _llm_error_to_api(e, "judge") from e
         except Overloaded as e:
             raise e.api_error() from None
+        except CallerBusy as e:
+            raise e.api_error("SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER") from None

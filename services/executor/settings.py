@@ -24,6 +24,13 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     executor_llm_queue_s: float = Field(30.0, ge=0)
     # a call at the backend longer than this cuts the bound; 0: half the executor LLM's timeout
     executor_llm_target_s: float = Field(0.0, ge=0)
+    # the /v1/act and /v1/judge calls one token may have waiting or at the backend, counted with its gateway chat
+    # calls (0: no bound), and the episodes it may have running or waiting for a slot (0: no bound; keep it below
+    # executor_max_concurrent_episodes), so that no caller holds every turn or slot: beyond, 429 with Retry-After.
+    # An operator's token (rw without a prefix: the services' own, which `skillos run` and the trainer send) and
+    # open mode are not bounded per caller
+    executor_max_calls_per_caller: int = Field(8, ge=0)
+    executor_max_episodes_per_caller: int = Field(4, ge=0)
     # one HTTP request's body (bigger: 413 before it is read)
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 

@@ -10,10 +10,13 @@ from importlib.metadata import entry_points
 
 import typer
 
+from skillos.cli.token import token_app
+
 _app = typer.Typer(no_args_is_help=True, add_completion=False,
                    help="SkillOS: skill repo, environments, executor, curator and GRPO trainer.")
 _serve_app = typer.Typer(no_args_is_help=True, help="Run one SkillOS service in the foreground.")
 _app.add_typer(_serve_app, name="serve")
+_app.add_typer(token_app, name="token")   # the core's own: token lists by digest (`skillos.auth`)
 _registered = False
 
 # Each part declares its commands in pyproject.toml ([project.entry-points."skillos.commands"]:

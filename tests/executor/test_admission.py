@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from services.executor.admission import Admission, Overloaded
+from services.executor.admission import Admission, CallerBusy, Overloaded, Shares
 
 
 def test_calls_beyond_the_limit_wait_their_turn_in_order():
@@ -120,8 +120,6 @@ def test_the_limit_shrinks_while_calls_are_slow_and_grows_back_while_they_are_qu
 def test_a_callers_share_bounds_its_calls_waiting_or_admitted_and_comes_back_with_the_turn():
     """The gateway's per-token bound (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER) lives here: a caller past its share
     is refused at once, another caller is not, and the share comes back when a turn is left or a wait fails."""
-    from services.executor.admission import CallerBusy
-
     async def go():
         adm = Admission(1, wait_s=0.1)
         first = await adm.enter("chat", "tok-a", 2)
@@ -142,4 +140,43 @@ def test_a_callers_share_bounds_its_calls_waiting_or_admitted_and_comes_back_wit
         return adm
 
     adm = asyncio.run(go())
-    assert adm.in_flight == 0 and adm._by_caller == {}
+    assert adm.in_flight == 0 and adm._shares.held == {}
+
+
+def test_a_callers_calls_count_together_whatever_their_route_each_route_with_its_own_share():
+    """The gateway's chat calls (SKILLOS_GATEWAY_MAX_CALLS_PER_CALLER) and /v1/act, /v1/judge
+    (SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER) are one count per token: a token cannot hold a share on each route.
+    No caller (an operator's token, the service's own work) is never counted."""
+    async def go():
+        adm = Admission(8, wait_s=1)
+        chat = await adm.enter("chat", "tok-a", 8)
+        with pytest.raises(CallerBusy) as busy:
+            await adm.enter("act", "tok-a", 1)              # its chat call fills an act share of 1
+        refusal = busy.value.api_error("SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER")
+        act = await adm.enter("act", "tok-b", 1)            # another token's share is its own
+        ours = [await adm.enter("act", None, 1) for _ in range(2)]   # not counted
+        held = dict(adm._shares.held)
+        for turn in (chat, act, *ours):
+            turn.leave()
+        again = await adm.enter("act", "tok-a", 1)          # its share is back
+        again.leave()
+        return refusal, held, adm
+
+    refusal, held, adm = asyncio.run(go())
+    assert held == {"tok-a": 1, "tok-b": 1} and adm._shares.held == {} and adm.in_flight == 0
+    assert refusal.status == 429 and refusal.code == "too_many_requests"
+    assert "SKILLOS_EXECUTOR_MAX_CALLS_PER_CALLER" in refusal.message and 1 <= int(refusal.headers["Retry-After"]) <= 60
+
+
+def test_shares_refuse_at_once_and_count_nobody_without_a_caller_or_a_share():
+    shares = Shares("episodes running or waiting for a slot")
+    assert shares.take("tok-a", 2) == "tok-a" and shares.take("tok-a", 2) == "tok-a"
+    with pytest.raises(CallerBusy, match="this token has 2 episodes running or waiting") as busy:
+        shares.take("tok-a", 2, retry_after_s=7)
+    assert busy.value.retry_after_s == 7
+    assert shares.take(None, 2) is None and shares.take("tok-b", 0) is None   # not counted
+    shares.give_back(None)
+    shares.give_back("tok-a")
+    assert shares.held == {"tok-a": 1}
+    shares.give_back("tok-a")
+    assert shares.held == {}
