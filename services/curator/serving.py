@@ -19,6 +19,7 @@ from prometheus_client import Counter, Histogram
 
 from services.curator.judge import JUDGE_SCHEMA, heuristic_score, judge_messages, read_llm_grade
 from services.curator.settings import CuratorSettings
+from skillos.auth import current_caller
 from skillos.clients.skillrepo import AsyncSkillRepoClient, SkillRepoError
 from skillos.curation import OP_NAMES, CurationRequestError, curate, response_format_for
 from skillos.errors import APIError
@@ -40,10 +41,11 @@ CURATOR_VALIDITY = Histogram("skillos_curator_validity_rate", "r_fc per decision
 
 
 class RepoForCuration:
-    """The skill repo client as `skillos.curation.OpsPort`, its failures as this service's errors."""
+    """The skill repo client as `skillos.curation.OpsPort`, its failures as this service's errors; each batch
+    carries ``provenance``, what this service vouches for (the repo keeps it in its op log)."""
 
-    def __init__(self, client: AsyncSkillRepoClient):
-        self.client = client
+    def __init__(self, client: AsyncSkillRepoClient, provenance: dict[str, Any] | None = None):
+        self.client, self.provenance = client, provenance
 
     async def get_repo(self, name: str) -> Repo:
         try:
@@ -58,13 +60,17 @@ class RepoForCuration:
         try:
             try:
                 return await self.client.apply_ops(repo, ops, idempotency_key=idempotency_key, atomic=atomic,
-                                                   origin=origin, example=example)
+                                                   origin=origin, example=example, provenance=self.provenance)
             except SkillRepoError as e:
+                # this service's token is no operator's (a tenant's curator): its batches vouch for nothing
+                if e.code == "provenance_operator_only":
+                    self.provenance = None
+                    return await self.apply_ops(repo, ops, idempotency_key, atomic, origin, example)
                 # a skill repo older than worked examples refuses the field: the ops still go, without it
                 if example is None or e.status != 422 or "example" not in e.message:
                     raise
                 return await self.client.apply_ops(repo, ops, idempotency_key=idempotency_key, atomic=atomic,
-                                                   origin=origin)
+                                                   origin=origin, provenance=self.provenance)
         except SkillRepoError as e:
             if e.status == 404:
                 raise APIError(404, "repo_not_found", f"skill repo has no repo {repo!r}: create it first") from e
@@ -83,7 +89,6 @@ class Curator:
         self.llm = llm or LLMClient(LLMSettings.for_role("curator"))
         self.judge_llm = judge_llm or LLMClient(LLMSettings.for_role("judge"))
         self.repo = repo or AsyncSkillRepoClient(settings.skillrepo_url, token=settings.api_token or None)
-        self._ops = RepoForCuration(self.repo)
 
     async def aclose(self) -> None:
         await self.llm.aclose()
@@ -94,7 +99,7 @@ class Curator:
 
     async def curate(self, req: CurateRequest) -> CurateResponse:
         try:
-            decision = await curate(req.to_decision_request(), llm=self.llm, repo=self._ops, options=self.options)
+            decision = await curate(req.to_decision_request(), llm=self.llm, repo=self._for(req), options=self.options)
         except CurationRequestError as e:
             raise APIError(422, "invalid_request", str(e)) from e
         response = CurateResponse.from_decision(decision)
@@ -107,6 +112,15 @@ class Curator:
         CURATOR_DECISIONS.labels("ok").inc()
         CURATOR_VALIDITY.observe(response.validity_rate)
         return response
+
+    def _for(self, req: CurateRequest) -> RepoForCuration:
+        """The repo port of one curation: its batch says, from this service's side, which model curated it,
+        whose token asked, and the trajectory and outcome source that asker gave."""
+        caller = current_caller()
+        return RepoForCuration(self.repo, {
+            "curator_model": self.llm.model, "requested_by": caller.token_label if caller is not None else None,
+            "trajectory": req.origin.trajectory if req.origin else None,
+            "outcome_source": req.outcome.source if req.outcome else None})
 
     # --- content judge --------------------------------------------------------------------------
 

@@ -75,6 +75,13 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     # a repo the gateway creates (a caller's first call to a new repo) reviews its curator op batches: skills
     # learned from traffic wait for a person (`skillos repo proposals`) before any caller is served them
     gateway_review_new_repos: bool = True
+    # a repo the gateway creates has skill states: what its traffic writes is a candidate (served to the
+    # exploration share only) until promoted, and op batches change only skills written from traffic; with
+    # review on too, an approved batch's skills are active at once (`docs/security.md`, "A skill's life")
+    gateway_candidates_new_repos: bool = True
+    # the chance that a matching candidate skill is served to a new task (each independently); the tasks it
+    # matched and was not served in are its utility's control arm. 0: candidates are never served
+    gateway_explore_share: float = Field(0.1, ge=0, le=1)
     # the share of matching skills withheld at random from a task (each independently), the control arm of
     # each skill's measured utility (`skillos repo stats`); 0: every matching skill is served
     gateway_withhold_share: float = Field(0.1, ge=0, le=1)

@@ -277,11 +277,14 @@ async def search(repo: str, svc: Svc, auth: Auth,
                  k: Annotated[int, Query(ge=1, le=100)] = 5,
                  mode: Annotated[SearchMode, Query(description=(
                      "bm25: keywords (default); dense: meaning (sentence embeddings); hybrid: both, fused by "
-                     "reciprocal rank, BM25's best hit always kept"))] = "bm25") -> SearchResponse:
+                     "reciprocal rank, BM25's best hit always kept"))] = "bm25",
+                 candidates: Annotated[bool, Query(description=(
+                     "also up to k candidate skills (written from traffic, not yet promoted), after the hits: "
+                     "for a caller that explores them"))] = False) -> SearchResponse:
     auth.require(repo)
     if len(q) > svc.settings.max_query_chars:
         raise APIError(413, "query_too_long", f"the query is over {svc.settings.max_query_chars} chars")
-    hits = await _db(svc, svc.search, repo, q, min(k, svc.settings.max_search_k), mode)
+    hits = await _db(svc, svc.search, repo, q, min(k, svc.settings.max_search_k), mode, candidates)
     return SearchResponse(hits=hits, mode=mode)
 
 
@@ -317,6 +320,8 @@ async def op_log(repo: str, svc: Svc, auth: Auth,
         for entry in log.entries:
             if entry.origin is not None and entry.origin.trajectory:
                 entry.origin.trajectory = hidden
+            if entry.provenance is not None and entry.provenance.trajectory:
+                entry.provenance.trajectory = hidden
             if entry.idempotency_key:
                 entry.idempotency_key = hidden
     return log

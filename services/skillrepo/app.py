@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from services.skillrepo.api_router import router
+from services.skillrepo.lifecycle.api_router import router as lifecycle_router
 from services.skillrepo.review.api_router import router as review_router
 from services.skillrepo.serving import SkillRepoService
 from services.skillrepo.settings import SkillRepoSettings
@@ -55,4 +56,5 @@ def build_app(settings: SkillRepoSettings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(review_router)
     app.include_router(utility_router)
+    app.include_router(lifecycle_router)
     return app

@@ -124,16 +124,29 @@ def policy(repo: str, review: bool = ReviewOption,
            reviewer: list[str] = typer.Option(None, "--reviewer", help="a token label that may approve or reject "
                                                                        "proposals besides operators (repeat; '' "
                                                                        "clears)"),
+           candidates: bool = typer.Option(None, "--candidates/--no-candidates", help=(
+               "skills written from traffic start as candidates, served to an exploration share until promoted")),
+           promote_after: int = typer.Option(None, "--promote-after", help=(
+               "promote a candidate served in this many tasks whose utility interval starts at or above 0 "
+               "(0 clears)")),
+           retire_harmful: bool = typer.Option(None, "--retire-harmful/--keep-harmful", help=(
+               "retire a traffic-written skill whose utility interval lies below 0")),
+           utility_source: list[str] = typer.Option(None, "--utility-source", help=(
+               "an outcome source the rules count: environment, judge, caller (repeat)")),
            url: str = UrlOption, token: str = TokenOption) -> None:
     """Show the repo's policy for curator op batches; with options (an operator's token), change it."""
     c = _client(url, token)
     current = _run(lambda: c.get_policy(repo))
-    if review is not None or trusted is not None or pin is not None or reviewer is not None:
-        changed = current.model_copy(update={
-            **({"review": review} if review is not None else {}),
-            **({"trusted_writers": [t for t in trusted if t]} if trusted is not None else {}),
-            **({"pinned": [p for p in pin if p]} if pin is not None else {}),
-            **({"reviewers": [r for r in reviewer if r]} if reviewer is not None else {})})
+    update = {key: value for key, value in {
+        "review": review, "candidates": candidates, "retire_harmful": retire_harmful,
+        "trusted_writers": [t for t in trusted if t] if trusted is not None else None,
+        "pinned": [p for p in pin if p] if pin is not None else None,
+        "reviewers": [r for r in reviewer if r] if reviewer is not None else None,
+        "utility_sources": utility_source or None}.items() if value is not None}
+    if promote_after is not None:
+        update["promote_after"] = promote_after or None
+    if update:
+        changed = type(current).model_validate({**current.model_dump(), **update})   # validated, unlike a copy
         current = _run(lambda: c.set_policy(repo, changed))
     print_json(current.model_dump(mode="json"))
 
@@ -191,15 +204,47 @@ def stats(repo: str, source: list[str] = typer.Option(None, "--source", help="co
     if json_out:
         print_json(report.model_dump(mode="json"))
         return
-    typer.echo(f"{'skill':<40} {'served':>12} {'withheld':>12} {'difference':>11}  95 % interval")
+    states = {s.name: s.state for s in _run(lambda: _client(url, token).states(repo))}
+    typer.echo(f"{'skill':<40} {'state':<9} {'served':>12} {'withheld':>12} {'difference':>11}  95 % interval")
     for u in report.skills:
         rate = lambda w, n: f"{w}/{n}" + (f" {w / n:4.0%}" if n else "     ")
         diff = f"{u.difference:+.2f}" if u.difference is not None else "-"
         ci = f"[{u.interval[0]:+.2f}, {u.interval[1]:+.2f}]" if u.interval else "(no task in an arm yet)"
-        typer.echo(f"{u.name[:40]:<40} {rate(u.served_success, u.served):>12} "
+        typer.echo(f"{u.name[:40]:<40} {states.get(u.name, 'active'):<9} {rate(u.served_success, u.served):>12} "
                    f"{rate(u.withheld_success, u.withheld):>12} {diff:>11}  {ci}")
     if not report.skills:
         typer.echo(f"no outcomes recorded for {repo} ({', '.join(report.sources)})")
+
+
+@repo_app.command("states")
+def states(repo: str, state: str = typer.Option(None, "--state", help="candidate, active or retired"),
+           url: str = UrlOption, token: str = TokenOption) -> None:
+    """Skills with a state of their own: candidates, retired ones, and those written from traffic."""
+    rows = _run(lambda: _client(url, token).states(repo, state))
+    for r in rows:
+        typer.echo(f"{r.name}\t{r.state}\t{'traffic' if r.traffic else 'person'}\tby {r.updated_by}\t"
+                   f"{r.updated_at:%Y-%m-%d %H:%M}\t{(r.reason or '')[:100]}")
+    if not rows:
+        typer.echo(f"every skill of {repo} is active")
+
+
+def _set_state(repo: str, skill: str, state: str, note: str, url: str, token: str) -> None:
+    r = _run(lambda: _client(url, token).set_state(repo, skill, state, note or None))
+    typer.echo(f"{r.name}: {r.state}")
+
+
+@repo_app.command("promote")
+def promote(repo: str, skill: str, note: str = typer.Option("", "--note"),
+            url: str = UrlOption, token: str = TokenOption) -> None:
+    """Make a candidate (or a retired skill) active: served to every caller (an operator or a reviewer)."""
+    _set_state(repo, skill, "active", note, url, token)
+
+
+@repo_app.command("retire")
+def retire(repo: str, skill: str, note: str = typer.Option("", "--note"),
+           url: str = UrlOption, token: str = TokenOption) -> None:
+    """Stop serving a skill, restorably (`skillos repo promote` brings it back)."""
+    _set_state(repo, skill, "retired", note, url, token)
 
 
 @repo_app.command("list")

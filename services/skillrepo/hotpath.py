@@ -65,7 +65,7 @@ class HotStatements:
             return DriverStatement(stmt, dialect, columns)
 
         repo_by_name = select(repos.c.id, repos.c.name, repos.c.seq).where(repos.c.name == bindparam("n"))
-        self.repo_seq = s(select(repos.c.id, repos.c.seq).where(repos.c.name == bindparam("n")))
+        self.repo_seq = s(select(repos.c.id, repos.c.seq, repos.c.state_gen).where(repos.c.name == bindparam("n")))
         # the writer's lock: FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the database
         self.lock_repo = s(repo_by_name.with_for_update() if lock_rows else repo_by_name)
         self.head = s(select(skill_heads.c.version, skill_heads.c.blob_hash).where(

@@ -25,6 +25,9 @@ skills every caller is served (SKILLOS_OPS_CONTENT_SCAN=false turns it off; REST
 
 A skill the repo's policy pins is refused to every op (``pinned``): insert, update, rename to or from it,
 delete. Whether a batch applies at once or waits for review is the review gate's (`services.skillrepo.review`).
+Under a policy with `candidates` on (``life``, `services.skillrepo.lifecycle`), an update or delete may name
+only skills written from traffic (else ``person_written``; a retired one: ``retired``), a delete retires the
+skill instead of deleting it, and every skill written gets its state (a candidate, unless trusted).
 
 Invariant: an op is refused before it writes anything (every check precedes the first write), so a
 refused op leaves the transaction as it found it; `apply_ops` of a lone op needs no savepoint.
@@ -33,7 +36,7 @@ refused op leaves the transaction as it found it; `apply_ops` of a lone op needs
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from services.skillrepo.examples import merged
 from services.skillrepo.store import WriteTx
@@ -44,6 +47,15 @@ from skillos.skills import SkillDoc, SkillFormatError, normalize_name, skill_fro
 from skillos.textguard import MAX_JSON_DEPTH as _MAX_ARGS_DEPTH
 from skillos.textguard import check_value
 from skillos.worked_examples import WorkedExample, render
+
+
+class Life(Protocol):
+    """A policy's skill states in one batch (`services.skillrepo.lifecycle.life.OpsLife`)."""
+    state: str
+    def refusal(self, name: str) -> tuple[str, str] | None: ...
+    def wrote(self, name: str) -> None: ...
+    def retire(self, name: str) -> None: ...
+    def gone(self, name: str) -> None: ...
 
 
 class Refused(Exception):
@@ -121,8 +133,15 @@ def _unpinned(name: str, pinned: frozenset[str]) -> str:
     return name
 
 
+def _changeable(name: str, life: Life | None) -> str:
+    if life is not None and (why := life.refusal(name)) is not None:
+        raise Refused(why[0], why[1], name)
+    return name
+
+
 def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample | None,
-               scan: bool = True, pinned: frozenset[str] = frozenset()) -> tuple[str, int, str, str | None]:
+               scan: bool = True, pinned: frozenset[str] = frozenset(),
+               life: Life | None = None) -> tuple[str, int, str, str | None]:
     """(skill name, version, message, what became of ``example``) of an applied op; raises `Refused`."""
     if op.name not in OP_NAMES:
         raise Refused("unknown_op", f"unknown op {op.name!r}: use one of {', '.join(OP_NAMES)}")
@@ -138,12 +157,18 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
                 raise Refused("skill_exists", f"skill {doc.name!r} already exists: change it with skill_update",
                               doc.name)
             verdict = _with_example(doc, [], example, scan)
-            return doc.name, tx.put(doc, "insert"), "inserted", verdict
+            version = tx.put(doc, "insert")
+            if life is not None:
+                life.wrote(doc.name)
+            return doc.name, version, "inserted" if life is None else f"inserted as {life.state}", verdict
         if op.name == "skill_delete":
-            name = _unpinned(_existing(tx, args["skill_name"]), pinned)
+            name = _changeable(_unpinned(_existing(tx, args["skill_name"]), pinned), life)
+            if life is not None:
+                life.retire(name)
+                return name, tx.head(name)[0], f"retired (restorable: POST .../skills/{name}/state)", None
             return name, tx.delete(name, "delete"), "deleted", None
         # skill_update
-        name = _unpinned(_existing(tx, args["skill_name"]), pinned)
+        name = _changeable(_unpinned(_existing(tx, args["skill_name"]), pinned), life)
         new_name, new_content = args.get("new_name"), args.get("new_content")
         if new_name is not None and not isinstance(new_name, str):
             raise Refused("invalid_arguments", "argument 'new_name' must be a string", name)
@@ -166,9 +191,15 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
         verdict = _with_example(doc, kept, example, scan)
         if target != name:
             tx.delete(name, "rename")
-            return target, tx.put(doc, "update"), f"renamed from {name!r}", verdict
+            version = tx.put(doc, "update")
+            if life is not None:
+                life.gone(name)
+                life.wrote(target)
+            return target, version, f"renamed from {name!r}", verdict
         before = tx.head(name)[0]
         version = tx.put(doc, "update")
+        if life is not None and version != before:
+            life.wrote(name)   # new content earns its place again
         return name, version, "updated" if version != before else "unchanged: same content", verdict
     except SkillFormatError as e:
         raise Refused(e.code, e.message, args.get("skill_name") if isinstance(args.get("skill_name"), str)
@@ -177,14 +208,14 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
 
 def apply_ops(tx: WriteTx, ops: list[Op], atomic: bool, max_body_bytes: int,
               example: WorkedExample | None = None, scan: bool = True,
-              pinned: frozenset[str] = frozenset()) -> tuple[bool, list[OpOutcome]]:
+              pinned: frozenset[str] = frozenset(), life: Life | None = None) -> tuple[bool, list[OpOutcome]]:
     """Apply ``ops`` in ``tx``, ``example`` kept with the skills they write; returns (every op applied,
     verdicts). ``scan``: refuse content that no procedure needs (`skillos.curation.scan`); ``pinned``: skills
-    no op may write (the repo's policy). The caller rolls back on an atomic refusal."""
+    no op may write and ``life`` the skill states (the repo's policy). The caller rolls back on an atomic refusal."""
     verdicts: list[OpOutcome] = []
     for i, op in enumerate(ops):
         try:
-            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example, scan, pinned)
+            name, version, message, kept = _apply_one(tx, op, max_body_bytes, example, scan, pinned, life)
             verdicts.append(OpOutcome(index=i, name=op.name, status="applied", message=message,
                                       skill_name=name, version=version, example=kept))
         except Refused as r:

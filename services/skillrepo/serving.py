@@ -32,6 +32,9 @@ from services.skillrepo.errors import answers_api_errors as _answers_api_errors
 from services.skillrepo.errors import http_error
 from services.skillrepo.index_files import IndexFiles
 from services.skillrepo.indexes import Announcer, IndexManager
+from services.skillrepo.lifecycle import store as states
+from services.skillrepo.lifecycle.life import ops_life
+from services.skillrepo.lifecycle.serving import Lifecycle
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as review
 from services.skillrepo.review.serving import Review, default_policy, gate, writer_label
@@ -48,7 +51,7 @@ from services.skillrepo.store import (
     blob_of,
 )
 from services.skillrepo.utility.serving import Utility
-from skillos.auth import prefix_reaches
+from skillos.auth import current_caller, prefix_reaches
 from skillos.db import database_errors, make_engine
 from skillos.errors import APIError
 from skillos.logging import get_logger
@@ -191,14 +194,16 @@ def repo_out(r: RepoRow) -> Repo:
                 updated_at=r.updated_at)
 
 
-def skill_out(s: StoredSkill) -> Skill:
+def skill_out(s: StoredSkill, state: str = "active") -> Skill:
     return Skill(name=s.name, description=s.description, body=s.body, metadata=s.metadata, version=s.version,
-                 content=s.content, updated_at=s.updated_at, cause=s.cause, examples=worked.loaded(s.examples))
+                 content=s.content, updated_at=s.updated_at, cause=s.cause, examples=worked.loaded(s.examples),
+                 state=state)
 
 
 def log_entry_out(r: LogRow) -> OpLogEntry:
     return OpLogEntry(id=r.id, seq=r.seq, kind=r.kind, applied=r.applied, created_at=r.created_at,
-                      origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries, writer=r.writer)
+                      origin=r.origin, idempotency_key=r.idempotency_key, ops=r.entries, writer=r.writer,
+                      provenance=r.provenance)
 
 
 class SkillRepoService:
@@ -223,7 +228,8 @@ class SkillRepoService:
         self.announcer = Announcer(self.indexes, self.settings.redis_url, self.settings.redis_channel,
                                    self.settings.sync_interval_s)
         self.review = Review(self)
-        self.utility = Utility(self.store)
+        self.lifecycle = Lifecycle(self)
+        self.utility = Utility(self.store, self.lifecycle.judge)
 
     def start(self) -> None:
         self.announcer.start()
@@ -298,6 +304,7 @@ class SkillRepoService:
             chosen = policy or review.policy_of(conn, source_id, None)
             if chosen is not None:
                 review.set_policy(conn, fork_id, chosen, writer_label(), now)
+            states.copy(conn, source_id, fork_id)
         return repo_out(self.store.fork_repo(source, name, snapshot, keep_policy))
 
     # --- skills ---
@@ -309,7 +316,9 @@ class SkillRepoService:
         rows = self.store.list_skills(repo, limit + 1 if limit else None, after)
         more = limit is not None and len(rows) > limit
         rows = rows[:limit] if limit else rows
-        return SkillList(skills=[skill_out(s) for s in rows], next_after=rows[-1].name if more else None)
+        known = self.lifecycle.states_of(repo)
+        return SkillList(skills=[skill_out(s, known.get(s.name, "active")) for s in rows],
+                         next_after=rows[-1].name if more else None)
 
     @_answers_api_errors
     def op_log(self, repo: str, before: int | None = None, limit: int = 50) -> OpLog:
@@ -321,7 +330,7 @@ class SkillRepoService:
 
     @_answers_api_errors
     def get_skill(self, repo: str, name: str) -> Skill:
-        return skill_out(self.store.get_skill(repo, name))
+        return skill_out(self.store.get_skill(repo, name), self.lifecycle.state_of(repo, name))
 
     @_answers_api_errors
     def insert_skill(self, repo: str, doc: SkillDoc) -> Skill:
@@ -331,6 +340,7 @@ class SkillRepoService:
                 raise APIError(409, "skill_exists", f"skill {doc.name!r} already exists in repo {repo!r}: "
                                                     f"change it with PUT /v1/repos/{repo}/skills/{doc.name}")
             tx.put(doc, "insert")
+            states.clear(tx.conn, tx.repo.id, [doc.name])   # a person's skill now
             skill = tx.get(doc.name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -346,6 +356,7 @@ class SkillRepoService:
             self._check_precondition(tx, repo, name, if_match)
             created = not tx.exists(name)
             tx.put(doc, "put", keep_examples=True)  # a document says nothing of the examples: they stay
+            states.clear(tx.conn, tx.repo.id, [name])       # a person's skill now
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill), created
@@ -373,6 +384,7 @@ class SkillRepoService:
                 raise SkillNotFound(repo, name)
             self._check_precondition(tx, repo, name, if_match)
             tx.delete(name, "delete")
+            states.clear(tx.conn, tx.repo.id, [name])
         self._committed(tx.repo, tx.changes)
 
     def _version_out(self, v: VersionRow, content: bool) -> SkillVersion:
@@ -409,6 +421,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("restore", origin=json.dumps(origin) if origin else None)
             tx.put_hash(name, target.blob_hash, "restore")
+            states.clear(tx.conn, tx.repo.id, [name])
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -452,16 +465,21 @@ class SkillRepoService:
 
     # --- search ---
 
-    def search(self, repo: str, query: str, k: int = 5, mode: str = "bm25") -> list[SearchHit]:
+    def search(self, repo: str, query: str, k: int = 5, mode: str = "bm25",
+               candidates: bool = False) -> list[SearchHit]:
         """Top k skills for ``query``: ``bm25`` (keywords), ``dense`` (cosine of sentence embeddings) or
-        ``hybrid`` (both, fused by reciprocal rank; see `dense.py`)."""
+        ``hybrid`` (both, fused by reciprocal rank; see `dense.py`). Only active skills; with ``candidates``,
+        up to k candidates (`state` candidate) follow them, for a caller that explores (the gateway)."""
         start = time.perf_counter()
         if mode != "bm25" and not self.settings.dense_search:
             raise APIError(400, "dense_search_off", f"search mode {mode!r} needs dense search, which this "
                            "server runs without (SKILLOS_DENSE_SEARCH=false): use mode=bm25")
-        found = self.store.repo_seq(repo)
+        found = self.store.repo_seq_gen(repo)
         if found is None:
             raise http_error(RepoNotFound(repo))
+        hidden = self.lifecycle.hidden(found[0], found[2])
+        found, asked = found[:2], k
+        k += len(hidden)   # the index ranks every skill: enough more that k served ones remain
         idx = self.indexes.get(*found)
         if idx is None:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist")
@@ -475,9 +493,14 @@ class SkillRepoService:
             except DenseUnavailable as e:
                 raise APIError(503, "dense_unavailable", f"dense search cannot run on this server: {e}") from e
             ranked = by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, k)
+        if hidden:
+            served = [r for r in ranked if r[0] not in hidden][:asked]
+            explored = [r for r in ranked if hidden.get(r[0]) == "candidate"][:asked] if candidates else []
+            ranked = served + explored
         texts = self.texts.get([payload[1] for _, _, payload in ranked])
         hits = [SearchHit(name=name, score=round(score, 6), description=texts[payload[1]][0], version=payload[0],
-                          body=texts[payload[1]][1], examples=texts[payload[1]][2]) for name, score, payload in ranked]
+                          body=texts[payload[1]][1], examples=texts[payload[1]][2],
+                          state=hidden.get(name, "active")) for name, score, payload in ranked]
         SEARCH_LATENCY.labels(mode).observe(time.perf_counter() - start)
         return hits
 
@@ -499,6 +522,10 @@ class SkillRepoService:
         if len(req.ops) > self.settings.max_ops_per_batch:
             raise APIError(413, "batch_too_large", f"{len(req.ops)} ops in one batch; the limit is "
                                                    f"{self.settings.max_ops_per_batch}: split the batch")
+        caller = current_caller()
+        if req.provenance is not None and caller is not None and not caller.operator:
+            raise APIError(403, "provenance_operator_only", "provenance is what the services vouch for (an "
+                           "operator's token): say where a batch came from in `origin`", details={"param": "provenance"})
         example = worked.accept(req.example) if req.example is not None else None
         # the example only when there is one: a batch without one hashes as it did before examples existed
         covered = {"ops", "atomic", "example"} if example is not None else {"ops", "atomic"}
@@ -518,16 +545,17 @@ class SkillRepoService:
                     result.replayed = True
                     return result
             pinned = frozenset(policy.pinned)
-            if (waits := gate(self, tx, req, example, policy)) is not None:
+            life = ops_life(tx, policy, writer_label())
+            if (waits := gate(self, tx, req, example, policy, life)) is not None:
                 ok, verdicts, result = False, waits.verdicts, waits
             elif len(req.ops) == 1:
                 # a refused op writes nothing (ops.py), so a lone op needs no savepoint to undo
                 ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
-                                         self.settings.ops_content_scan, pinned)
+                                         self.settings.ops_content_scan, pinned, life)
             else:
                 with tx.savepoint() as undo:
                     ok, verdicts = apply_ops(tx, req.ops, req.atomic, self.settings.max_body_bytes, example,
-                                             self.settings.ops_content_scan, pinned)
+                                             self.settings.ops_content_scan, pinned, life)
                     if not ok and req.atomic:
                         undo()
             if waits is None:
@@ -537,7 +565,8 @@ class SkillRepoService:
             tx.log_as("ops" if result.proposal is None else "proposal",
                       origin=req.origin.model_dump_json(exclude_none=True) if req.origin else None,
                       entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=ok,
-                      idempotency_key=req.idempotency_key)
+                      idempotency_key=req.idempotency_key,
+                      provenance=req.provenance.model_dump_json(exclude_none=True) if req.provenance else None)
         for v in verdicts:
             OPS_TOTAL.labels(v.name if v.name in ("new_skill_insert", "skill_update", "skill_delete") else "unknown",
                              v.status).inc()
@@ -641,11 +670,14 @@ class SkillRepoService:
             # replace: the repo becomes the archive, examples included; else a folder without examples/ says
             # nothing of them, and the skill keeps its own
             tx.put_many(docs, "import", blobs, keep_examples=not replace)
+            gone: list[str] = []
             if replace:
                 keep = {d.name for d in docs}
                 for name, (_, blob_hash) in tx.all_heads().items():
                     if blob_hash is not None and name not in keep:
                         tx.delete(name, "import")
+                        gone.append(name)
+            states.clear(tx.conn, tx.repo.id, [d.name for d in docs] + gone)
         self._committed(tx.repo, tx.changes)
         return ImportResult(imported=[d.name for d in docs], seq=tx.repo.seq)
 
@@ -690,6 +722,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("import")
             tx.put_many(docs, "import", blobs, keep_examples=True)  # a line cannot give examples: they stay
+            states.clear(tx.conn, tx.repo.id, [d.name for d in docs])
         self._committed(tx.repo, tx.changes)
         return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 
@@ -714,5 +747,6 @@ class SkillRepoService:
                     tx.delete(name, "restore")
             for name, blob_hash in target.items():
                 tx.put_hash(name, blob_hash, "restore")
+            states.clear(tx.conn, tx.repo.id, sorted({c.name for c in tx.changes}))  # what it rewrote is a person's
         self._committed(tx.repo, tx.changes)
         return repo_out(self.store.get_repo(repo))

@@ -142,6 +142,7 @@ class LogRow:
     idempotency_key: str | None
     entries: list[dict[str, Any]]
     writer: str | None = None
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -254,12 +255,12 @@ class WriteTx:
         self._log: dict[str, Any] | None = None
 
     def log_as(self, kind: str, *, origin: str | None = None, entries: str | None = None,
-               applied: bool = True, idempotency_key: str | None = None) -> None:
+               applied: bool = True, idempotency_key: str | None = None, provenance: str | None = None) -> None:
         """Write one op-log row for this transaction when it commits (``origin``, ``entries``: JSON text).
         ``entries`` None: one entry per change (REST writes), and no row when nothing changed; given (a
         batch of ops): always a row."""
         self._log = {"kind": kind, "origin": origin, "entries": entries, "applied": applied,
-                     "idempotency_key": idempotency_key}
+                     "idempotency_key": idempotency_key, "provenance": provenance}
 
     def _log_values(self) -> dict[str, Any] | None:
         log = self._log
@@ -273,7 +274,8 @@ class WriteTx:
         caller = current_caller()   # the request's token, as the server authenticated it
         return {"repo_id": self.repo.id, "seq": self.repo.seq, "kind": log["kind"], "applied": log["applied"],
                 "origin": log["origin"], "idempotency_key": log["idempotency_key"], "entries": entries,
-                "created_at": self.now, "writer": caller.token_label if caller is not None else None}
+                "created_at": self.now, "writer": caller.token_label if caller is not None else None,
+                "provenance": log["provenance"]}
 
     def head(self, name: str) -> tuple[int, str | None] | None:
         """(version, blob hash or None when deleted) of the skill's head, or None when it never existed."""
@@ -588,6 +590,14 @@ class Store:
             conn.rollback()
         return (r[0], r[1]) if r else None
 
+    def repo_seq_gen(self, name: str) -> tuple[int, int, int] | None:
+        """(repo id, seq, state generation) of a live repo: the same one read, for searches that filter by
+        the skills' states (`services.skillrepo.lifecycle`)."""
+        with self.engine.connect() as conn:
+            r = self.hot.repo_seq.first(conn, {"n": name})
+            conn.rollback()
+        return (r[0], r[1], r[2]) if r else None
+
     def repo_seqs(self, ids: list[int]) -> dict[int, int]:
         if not ids:
             return {}
@@ -713,7 +723,7 @@ class Store:
             rows = conn.execute(q.order_by(op_log.c.id.desc()).limit(limit)).all()
         return [LogRow(r.id, r.seq, r.kind, bool(r.applied), _utc(r.created_at),
                        json.loads(r.origin) if r.origin else None, r.idempotency_key, json.loads(r.entries),
-                       r.writer)
+                       r.writer, json.loads(r.provenance) if r.provenance else None)
                 for r in rows]
 
     def _repo_id(self, conn, name: str) -> int:

@@ -39,6 +39,7 @@ repos = Table(
     Column("forked_from", String(128), nullable=True),
     Column("parent_id", Integer, nullable=True),
     Column("fork_seq", BigInteger, nullable=True),  # the parent's seq when forked (history goes back through it)
+    Column("state_gen", BigInteger, nullable=False, default=0, server_default="0"),  # skill_states' changes
 )
 
 blobs = Table(
@@ -117,6 +118,8 @@ op_log = Table(
     Column("entries", Text, nullable=False),         # JSON list of verdicts
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("writer", String(64), nullable=True),     # the request's token label (migration 0006)
+    # JSON: what the services vouch for (an operator's token sent it): curator model, trajectory, outcome source
+    Column("provenance", Text, nullable=True),       # migration 0009
     Index("ix_op_log_repo_id", "repo_id", "id"),
 )
 
@@ -171,4 +174,19 @@ skill_outcomes = Table(
     Column("source", String(16), nullable=False),     # caller, environment, judge
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_skill_outcomes_trajectory", "repo_id", "trajectory"),
+)
+
+# a skill's life (migration 0009): a row per skill written from traffic under a repo policy with
+# `candidates` on (traffic true), or retired by a person (traffic false). No row: active, and no op batch
+# may change it where candidates are on (a person's skill, or one written before). Not versioned: a state
+# is the repo's judgement of a version, kept beside it (the op log records each change).
+skill_states = Table(
+    "skill_states", metadata,
+    Column("repo_id", Integer, primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("state", String(16), nullable=False),      # candidate, active, retired
+    Column("traffic", Boolean, nullable=False),       # its content came from an op batch
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("updated_by", String(64), nullable=True),  # a token's label, or "policy"
+    Column("reason", Text, nullable=True),
 )

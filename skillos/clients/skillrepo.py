@@ -38,6 +38,8 @@ from skillos.protocol.skillrepo import (
     SearchMode,
     Skill,
     SkillList,
+    SkillStateEntry,
+    SkillStateList,
     SkillVersion,
     Snapshot,
     TokenInfo,
@@ -88,7 +90,8 @@ def _example(example: Example) -> dict[str, Any]:
 
 
 def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic: bool,
-                 origin: Origin = None, example: Example | None = None) -> dict[str, Any]:
+                 origin: Origin = None, example: Example | None = None,
+                 provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     norm = []
     for op in ops:
         # accept OpenAI tool calls as they come: {"function": {"name", "arguments"}} or flat
@@ -102,6 +105,8 @@ def _ops_payload(ops: list[dict[str, Any]], idempotency_key: str | None, atomic:
         body["origin"] = _origin(origin)
     if example is not None:  # likewise: a skill repo older than worked examples refuses the field
         body["example"] = _example(example)
+    if provenance:           # an operator's token only (the services'): the repo refuses it from others
+        body["provenance"] = {k: v for k, v in provenance.items() if v is not None}
     return body
 
 
@@ -190,10 +195,24 @@ class _SkillRepoCalls(ServiceClient):
     async def record_outcome(self, repo: str, trajectory: str, success: bool, source: str,
                              served: list[str] | None = None, withheld: list[str] | None = None) -> int:
         """The skills counted (0: this trajectory was reported before)."""
+        return (await self.report_outcome(repo, trajectory, success, source, served, withheld)).recorded
+
+    async def report_outcome(self, repo: str, trajectory: str, success: bool, source: str,
+                             served: list[str] | None = None, withheld: list[str] | None = None) -> OutcomeRecorded:
+        """The skills counted, and those the repo's policy promoted or retired on the new numbers."""
         body = {"trajectory": trajectory, "success": success, "source": source, "served": served or [],
                 "withheld": withheld or []}
-        return OutcomeRecorded.model_validate(
-            (await self._call("POST", f"{_repo(repo)}/outcomes", json=body)).json()).recorded
+        return OutcomeRecorded.model_validate((await self._call("POST", f"{_repo(repo)}/outcomes", json=body)).json())
+
+    # a skill's life: candidates, retired skills; a reviewer's promote / retire / restore
+    async def states(self, repo: str, state: str | None = None) -> list[SkillStateEntry]:
+        resp = await self._call("GET", f"{_repo(repo)}/states", params={"state": state} if state else None)
+        return SkillStateList.model_validate(resp.json()).skills
+
+    async def set_state(self, repo: str, name: str, state: str, note: str | None = None) -> SkillStateEntry:
+        body = {"state": state, **({"note": note} if note else {})}
+        return SkillStateEntry.model_validate((await self._call("POST", f"{_skill_path(repo, name)}/state",
+                                                                json=body)).json())
 
     async def utility(self, repo: str, sources: list[str] | None = None, skill: str | None = None) -> UtilityReport:
         params: dict[str, Any] = {k: v for k, v in {"source": sources, "skill": skill}.items() if v}
@@ -270,9 +289,13 @@ class _SkillRepoCalls(ServiceClient):
         return Skill.model_validate(resp.json())
 
     # search and ops
-    async def search(self, repo: str, query: str, k: int = 5, mode: SearchMode = "bm25") -> list[SearchHit]:
-        """Top k skills; ``mode``: bm25 (keywords), dense (sentence embeddings) or hybrid (both, RRF)."""
-        params = {"q": query, "k": k} if mode == "bm25" else {"q": query, "k": k, "mode": mode}
+    async def search(self, repo: str, query: str, k: int = 5, mode: SearchMode = "bm25",
+                     candidates: bool = False) -> list[SearchHit]:
+        """Top k skills; ``mode``: bm25 (keywords), dense (sentence embeddings) or hybrid (both, RRF);
+        ``candidates``: up to k candidate skills follow the active ones (their ``state`` says so)."""
+        params: dict[str, Any] = {"q": query, "k": k} if mode == "bm25" else {"q": query, "k": k, "mode": mode}
+        if candidates:
+            params["candidates"] = "true"
         resp = await self._call("GET", f"{_repo(repo)}/search", params=params)
         body = resp.json()
         if body.get("mode", "bm25") != mode:  # a skill repo older than search modes ignores the parameter
@@ -281,11 +304,13 @@ class _SkillRepoCalls(ServiceClient):
         return [SearchHit.model_validate(h) for h in body["hits"]]
 
     async def apply_ops(self, repo: str, ops: list[dict[str, Any]], idempotency_key: str | None = None,
-                        atomic: bool = True, origin: Origin = None, example: Example | None = None) -> OpsResult:
+                        atomic: bool = True, origin: Origin = None, example: Example | None = None,
+                        provenance: dict[str, Any] | None = None) -> OpsResult:
         """``example``: a worked example of the episode, kept with every skill an applied insert or update
-        writes (each op's verdict says what became of it)."""
+        writes (each op's verdict says what became of it). ``provenance``: what the writing service vouches
+        for (`skillos.protocol.skillrepo.Provenance`; an operator's token only)."""
         resp = await self._call("POST", f"{_repo(repo)}/ops",
-                                json=_ops_payload(ops, idempotency_key, atomic, origin, example))
+                                json=_ops_payload(ops, idempotency_key, atomic, origin, example, provenance))
         return OpsResult.model_validate(resp.json())
 
     # worked examples

@@ -71,10 +71,16 @@ async def ensure_stream_repo(client: Any, name: str) -> None:
     except SkillRepoError as e:
         if e.status != 409:
             raise
-    if (await client.get_policy(name)).review:
+    policy = await client.get_policy(name)
+    if policy.review:
         raise SkillRepoError(409, "repo_reviewed", f"repo {name!r} holds curator op batches for review: a stream "
                              f"learns from each task before the next. Name another repo, or have an operator "
                              f"turn review off (skillos repo policy {name} --no-review)")
+    if policy.candidates:
+        raise SkillRepoError(409, "repo_candidates", f"repo {name!r} keeps what op batches write as candidates, "
+                             f"not served until promoted: a stream learns from each task before the next. Name "
+                             f"another repo, or have an operator turn it off (skillos repo policy {name} "
+                             f"--no-candidates)")
 
 
 class Bank:

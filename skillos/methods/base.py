@@ -152,6 +152,8 @@ class Method:
         episode = await self.rollouts(position, spec, ctx, record, skills)
         if not self.uses_repo:
             return record
+        if episode is not None and not episode.error:
+            await self.count_outcome(position, ctx, record)
         if episode is not None and episode.error:
             # nothing is learned from a broken episode (LLM or env down): leave the bank as it is
             record.curator_error = "skipped: the episode failed with an error"
@@ -169,6 +171,19 @@ class Method:
         except Exception:  # noqa: BLE001 - size is a report detail, not worth failing the task
             record.repo_size = None
         return record
+
+    async def count_outcome(self, position: int, ctx: StreamContext, record: TaskRecord) -> None:
+        """The environment's outcome counted for each skill the task was shown (the repo's measured utility,
+        `skillos repo stats`): served only, as the paper's method shows every skill it retrieves, so a stream
+        gives success when served, not the difference (that needs tasks the skill was withheld from)."""
+        served = sorted({r["name"] for r in record.retrieved if r.get("name")})
+        if not served:
+            return
+        key = f"run:{ctx.config.run_id or 'local'}:{position}:{record.task_id}"[:128]
+        try:
+            await ctx.repo.record_outcome(ctx.config.repo, key, record.success, "environment", served)
+        except Exception as e:  # noqa: BLE001 - a number for the report, not worth failing the task
+            record.method_info["utility_error"] = f"{type(e).__name__}: {e}"[:300]
 
     async def judged(self, spec: TaskSpec, episode: EpisodeResponse, ctx: StreamContext,
                      record: TaskRecord) -> bool:

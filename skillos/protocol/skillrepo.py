@@ -43,6 +43,20 @@ class RepoPolicy(_Model):
     reviewers: list[str] = Field(default_factory=list, max_length=64, description=(
         "token labels that may approve or reject proposals besides operators (rw tokens without a prefix); "
         "only an operator sets the policy"))
+    candidates: bool = Field(False, description=(
+        "true: a skill an op batch writes starts as a `candidate`, served only to an exploration share of "
+        "callers until promoted (by a reviewer or `promote_after`); op batches change only skills written "
+        "from traffic (a person's are theirs), and a skill_delete retires, restorably"))
+    promote_after: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "promote a candidate once it was served in this many tasks and its measured utility's 95 % interval "
+        "starts at or above 0 (None: a reviewer promotes)"))
+    utility_sources: list[Literal["caller", "environment", "judge"]] = Field(
+        default_factory=lambda: ["environment", "judge"], min_length=1, description=(
+            "outcome sources `promote_after` and `retire_harmful` count; add `caller` only where callers are "
+            "trusted: a caller reports its own outcomes and could promote its own candidate"))
+    retire_harmful: bool = Field(False, description=(
+        "retire a skill written from traffic once it was served in `promote_after` (or 10) tasks and its "
+        "utility's 95 % interval lies wholly below 0"))
 
 
 class RepoCreate(_Model):
@@ -82,6 +96,10 @@ class SkillFields(_Model):
                                      description="further frontmatter keys, kept as they are")
 
 
+SkillState = Literal["active", "candidate", "retired"]
+SKILL_STATES: tuple[str, ...] = get_args(SkillState)
+
+
 class Skill(BaseModel):
     name: str
     description: str
@@ -94,6 +112,9 @@ class Skill(BaseModel):
                                                 "...); None when it was inherited from the repo forked from")
     examples: list[WorkedExample] = Field(default_factory=list, description=(
         "worked examples kept with the skill (system-written, at most 3; not part of `content`)"))
+    state: SkillState = Field("active", description=(
+        "active: served; candidate: written from traffic, served to an exploration share only; retired: "
+        "not served, restorable (POST .../skills/{name}/state)"))
 
 
 class SkillList(BaseModel):
@@ -133,6 +154,17 @@ class OpOrigin(_Model):
     rollout: int | None = None
 
 
+class Provenance(_Model):
+    """What the services that wrote a batch vouch for (only an operator's token sends it): the skill repo keeps
+    it beside the writer's label, apart from ``origin`` (what a writer claims)."""
+    curator_model: str | None = Field(None, max_length=200, description="the model that curated the ops")
+    requested_by: str | None = Field(None, max_length=64, description=(
+        "the label of the token that asked for the curation (the gateway's, the harness's, or a caller's)"))
+    trajectory: str | None = Field(None, max_length=128, description="the trajectory or episode curated")
+    outcome_source: Literal["caller", "environment", "judge"] | None = Field(None, description=(
+        "who said how the task went: the caller (through the gateway), the environment, the self-judge"))
+
+
 class RestoreSkillRequest(_Model):
     version: int = Field(..., ge=1, le=VERSION_MAX)
     origin: OpOrigin | None = None
@@ -147,6 +179,7 @@ class SearchHit(BaseModel):
     version: int
     body: str = ""
     examples: list[WorkedExample] = Field(default_factory=list)
+    state: SkillState = Field("active", description="candidate: only with ?candidates=true")
 
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
@@ -175,6 +208,8 @@ class OpsRequest(_Model):
     example: WorkedExample | None = Field(None, description=(
         "a worked example of the episode the ops were curated from: kept (by the repo's rule) with every "
         "skill an applied new_skill_insert or skill_update of the batch wrote"))
+    provenance: Provenance | None = Field(None, description=(
+        "what the writing service vouches for, kept in the op log: an operator's token only (403 otherwise)"))
 
 
 class OpOutcome(BaseModel):
@@ -218,6 +253,9 @@ class OpLogEntry(BaseModel):
         "without a request, or before writers were kept)"))
     idempotency_key: str | None = None
     ops: list[OpOutcome]
+    provenance: Provenance | None = Field(None, description=(
+        "what the writing service vouched for (an operator's token wrote it): the curator's model, who asked "
+        "for the curation, the trajectory and where its outcome came from"))
 
 
 class OpLog(BaseModel):
@@ -254,6 +292,7 @@ class Proposal(BaseModel):
     created_at: datetime
     writer: str | None = Field(None, description="the token label that sent the batch, as the server saw it")
     origin: OpOrigin | None = Field(None, description="where the writer says the batch came from (its claim)")
+    provenance: Provenance | None = Field(None, description="what the writing service vouched for")
     reasons: list[str] = Field(default_factory=list, description="why it waits: review, flagged: <what>")
     seq: int = Field(..., description="the repo's seq when it was proposed")
     ops: list[Op]
@@ -297,6 +336,8 @@ class OutcomeReport(_Model):
 
 class OutcomeRecorded(BaseModel):
     recorded: int = Field(..., description="skills counted; 0 when this trajectory was reported before")
+    changed: list[SkillStateEntry] = Field(default_factory=list, description=(
+        "skills the repo's policy promoted or retired on these numbers (`promote_after`, `retire_harmful`)"))
 
 
 class SkillUtility(BaseModel):
@@ -314,6 +355,26 @@ class UtilityReport(BaseModel):
     repo: str
     sources: list[OutcomeSource]
     skills: list[SkillUtility]
+
+
+# --- a skill's life ------------------------------------------------------------------------------
+
+class SkillStateChange(_Model):
+    state: SkillState = Field(..., description="active (promote, restore), candidate, retired")
+    note: str | None = Field(None, max_length=500, description="why, kept with the state and in the op log")
+
+
+class SkillStateEntry(BaseModel):
+    name: str
+    state: SkillState
+    traffic: bool = Field(..., description="its content came from an op batch (skills written from traffic)")
+    updated_at: datetime | None = None
+    updated_by: str | None = Field(None, description="a token's label, or `policy`")
+    reason: str | None = None
+
+
+class SkillStateList(BaseModel):
+    skills: list[SkillStateEntry]
 
 
 # --- snapshots, import ---------------------------------------------------------------------------

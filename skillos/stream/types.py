@@ -45,6 +45,9 @@ class RepoLike(Protocol):
 
     async def create_repo(self, name: str, policy: Any = None) -> Any: ...
 
+    async def record_outcome(self, repo: str, trajectory: str, success: bool, source: str,
+                             served: list[str] | None = None, withheld: list[str] | None = None) -> int: ...
+
 
 @dataclass
 class StreamConfig:

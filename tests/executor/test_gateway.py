@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -664,3 +665,29 @@ def test_withheld_skills_are_not_served_and_the_outcome_counts_for_them(embedded
                     break
                 time.sleep(0.5)
             assert {n: after.get(n, 0) - before.get(n, 0) for n in t["withheld"]} == {n: 1 for n in t["withheld"]}
+
+
+@pytest.mark.timeout(900)
+def test_a_candidate_skill_is_served_only_to_the_exploration_share(embedded_llm, gateway_db, skillrepo, curator,
+                                                                   model, tmp_path):
+    """A skill written from traffic in a repo with `candidates` on is a candidate: with
+    SKILLOS_GATEWAY_EXPLORE_SHARE=1 it is served to a new task (plainly, as any skill), and the outcome counts it as
+    served; with 0 it is withheld (recorded as such), so its utility is measured against the tasks it was not in."""
+    repo = f"explore-{uuid.uuid4().hex[:8]}"
+    doc = "---\nname: heat-the-object\ndescription: heat an object with the microwave\n---\n1. take it\n2. heat it"
+    with SkillRepoClient(skillrepo.url) as c:
+        c.create_repo(repo, {"candidates": True})
+        r = c.apply_ops(repo, [{"name": "new_skill_insert",
+                                "arguments": {"skill_name": "heat-the-object", "content": doc}}])
+        assert r.verdicts[0].message == "inserted as candidate", r
+    for share, arm in ((1, "skills"), (0, "withheld")):
+        (tmp_path / str(share)).mkdir()
+        with gateway_on(embedded_llm, gateway_db, skillrepo, curator, tmp_path / str(share),
+                        gateway_explore_share=share) as gw:
+            client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=600)
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=[{"role": "user", "content": f"Your task is to: {TASK}."}],
+                extra_headers={"X-SkillOS-Repo": repo}, **SMALL)
+            t = trajectory(gw, raw.headers["X-SkillOS-Trajectory"])
+            assert ("heat-the-object" in t["skills"]) == (arm == "skills"), t
+            assert ("heat-the-object" in t["withheld"]) == (arm == "withheld"), t

@@ -64,7 +64,9 @@ class Gateway:
                                                      parse_fields(settings.gateway_extra_fields)),
                                 max_calls_per_caller=settings.gateway_max_calls_per_caller,
                                 review_new_repos=settings.gateway_review_new_repos,
-                                withhold_share=settings.gateway_withhold_share)
+                                withhold_share=settings.gateway_withhold_share,
+                                candidates_new_repos=settings.gateway_candidates_new_repos,
+                                explore_share=settings.gateway_explore_share)
         self.trajectories = Trajectories(
             self.store, settings.curator_url, token, ttl_s=settings.gateway_trajectory_ttl_s,
             sweep_interval_s=settings.gateway_sweep_interval_s, curator_timeout_s=settings.gateway_curator_timeout_s,

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from services.skillrepo import examples as worked
 from services.skillrepo.errors import answers_api_errors
+from services.skillrepo.lifecycle.life import OpsLife, ops_life
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as sql
 from services.skillrepo.store import RepoNotFound, SkillNotFound, WriteTx
@@ -66,7 +67,8 @@ def default_policy(svc: SkillRepoService) -> RepoPolicy:
                       trusted_writers=[w.strip() for w in s.review_trusted_writers.split(",") if w.strip()])
 
 
-def gate(svc: SkillRepoService, tx: WriteTx, req: OpsRequest, example, policy: RepoPolicy) -> OpsResult | None:
+def gate(svc: SkillRepoService, tx: WriteTx, req: OpsRequest, example, policy: RepoPolicy,
+         life: OpsLife | None = None) -> OpsResult | None:
     """The batch's answer when ``policy`` makes it wait (a proposal) or refuses all of it; None: apply it."""
     if not policy.review:
         return None
@@ -74,7 +76,7 @@ def gate(svc: SkillRepoService, tx: WriteTx, req: OpsRequest, example, policy: R
     reasons: list[str] = []
     if s.ops_content_scan:
         with tx.savepoint() as undo:
-            _, scanned = apply_ops(tx, req.ops, False, s.max_body_bytes, example, True, pinned)
+            _, scanned = apply_ops(tx, req.ops, False, s.max_body_bytes, example, True, pinned, life)
             undo()
         reasons += [f"flagged: {v.skill_name or v.index}: {v.message}" for v in scanned if v.code == "flagged_content"]
     if writer not in policy.trusted_writers:
@@ -82,13 +84,13 @@ def gate(svc: SkillRepoService, tx: WriteTx, req: OpsRequest, example, policy: R
     if not reasons:
         return None
     with tx.savepoint() as undo:   # the checks as the batch would apply now, the scan left to the reviewer
-        _, verdicts = apply_ops(tx, req.ops, req.atomic, s.max_body_bytes, example, False, pinned)
+        _, verdicts = apply_ops(tx, req.ops, req.atomic, s.max_body_bytes, example, False, pinned, life)
         undo()
     if not any(v.status == "applied" for v in verdicts):
         return OpsResult(applied=False, verdicts=verdicts, seq=tx.repo.seq)
     # the proposal keeps the ops that would apply (a non-atomic batch's refused ones are answered now, and
     # would only make its approval stale); the verdicts keep every op's check, by the batch's own indexes
-    batch = req.model_dump(mode="json", include={"atomic", "example", "origin"}, exclude_none=True)
+    batch = req.model_dump(mode="json", include={"atomic", "example", "origin", "provenance"}, exclude_none=True)
     batch["ops"] = [req.ops[v.index].model_dump(mode="json") for v in verdicts if v.status == "applied"]
     pid = sql.add(tx.conn, tx.repo.id, tx.repo.seq, batch, _VERDICTS.dump_json(verdicts, exclude_none=True).decode(),
                   reasons, writer, tx.now)
@@ -227,7 +229,8 @@ class Review:
                 with tx.savepoint() as undo:
                     example = worked.accept(found.example) if found.example is not None else None
                     ok, verdicts = apply_ops(tx, found.ops, found.atomic, svc.settings.max_body_bytes,
-                                             example, False, frozenset(policy.pinned))
+                                             example, False, frozenset(policy.pinned),
+                                             ops_life(tx, policy, reviewer, approved=True))
                     if not ok:
                         undo()
                 if not ok:
@@ -239,7 +242,8 @@ class Review:
                 origin = {**(found.origin.model_dump(exclude_none=True) if found.origin else {}),
                           "source": f"proposal {pid}"[:64]}
                 tx.log_as("ops", origin=json.dumps(origin, ensure_ascii=False),
-                          entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=True)
+                          entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=True,
+                          provenance=found.provenance.model_dump_json(exclude_none=True) if found.provenance else None)
             sql.decide(tx.conn, tx.repo.id, pid, "approved" if approve else "rejected", reviewer, note,
                        result.model_dump_json() if result else None, tx.now)
         svc._committed(tx.repo, tx.changes)

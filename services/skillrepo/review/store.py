@@ -39,7 +39,7 @@ def add(conn, repo_id: int, seq: int, batch: dict, verdicts: str, reasons: list[
 def _out(r) -> Proposal:
     batch = json.loads(r.batch)
     return Proposal(id=r.id, status=r.status, created_at=_utc(r.created_at), writer=r.writer,
-                    origin=batch.get("origin"), reasons=json.loads(r.reasons), seq=r.seq, ops=batch["ops"],
+                    origin=batch.get("origin"), provenance=batch.get("provenance"), reasons=json.loads(r.reasons), seq=r.seq, ops=batch["ops"],
                     atomic=batch.get("atomic", True), example=batch.get("example"),
                     verdicts=json.loads(r.verdicts), decided_at=_utc(r.decided_at), decided_by=r.decided_by,
                     note=r.note, result=json.loads(r.result) if r.result else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,13 @@ from prometheus_client import Counter
 from services.skillrepo.store import RepoNotFound
 from services.skillrepo.utility import store as sql
 from skillos.errors import APIError
-from skillos.protocol.skillrepo import OutcomeRecorded, OutcomeReport, SkillUtility, UtilityReport
+from skillos.protocol.skillrepo import (
+    OutcomeRecorded,
+    OutcomeReport,
+    SkillStateEntry,
+    SkillUtility,
+    UtilityReport,
+)
 from skillos.skills import normalize_name
 from skillos.utility import difference_interval
 
@@ -35,8 +42,9 @@ def utility_of(name: str, arms: dict[str, tuple[int, int]]) -> SkillUtility:
 
 
 class Utility:
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, store: Store, judge: Callable[[str, int, list[str]], list[SkillStateEntry]] | None = None):
+        """``judge(repo, repo id, skills)``: the repo policy's rule on the skills an outcome counted for."""
+        self.store, self.judge = store, judge
 
     def record(self, repo: str, report: OutcomeReport) -> OutcomeRecorded:
         names = {n: normalize_name(n, strict=False) for n in [*report.served, *report.withheld]}
@@ -56,11 +64,14 @@ class Utility:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist") from None
         with self.store.engine.begin() as conn:   # no repo lock: an outcome is no write of the repo's skills
             n = sql.record(conn, repo_id, report, now())
+        changed: list[SkillStateEntry] = []
         if n:
             for arm, names in (("served", report.served), ("withheld", report.withheld)):
                 if names:
                     OUTCOMES.labels(arm, str(report.success).lower(), report.source).inc(len(set(names)))
-        return OutcomeRecorded(recorded=n)
+            if self.judge is not None:
+                changed = self.judge(repo, repo_id, sorted({*report.served, *report.withheld}))
+        return OutcomeRecorded(recorded=n, changed=changed)
 
     def report(self, repo: str, sources: list[str] | None, skill: str | None = None) -> UtilityReport:
         try:

@@ -66,6 +66,8 @@ from skillos.worked_examples import WorkedExample, examples_block, select
 log = get_logger("gateway")
 
 CALLS = Counter("skillos_gateway_calls_total", "Gateway chat calls", ["stream", "status"])
+EXPLORED = Counter("skillos_gateway_candidates_served_total",
+                   "Candidate skills served to a new task (the exploration share)")
 WITHHELD = Counter("skillos_gateway_skills_withheld_total",
                    "Matching skills withheld at random from a new task (measured utility's control arm)")
 OVERHEAD = Histogram("skillos_gateway_overhead_seconds",
@@ -201,16 +203,20 @@ class ChatGateway:
     def __init__(self, *, llm: LLMSettings, store: TrajectoryStore, skillrepo_url: str, token: str | None,
                  default_repo: str, k: int, models: list[str], admission: Admission, examples: int = 1,
                  examples_chars: int = 1600, policy: RequestPolicy | None = None, max_calls_per_caller: int = 0,
-                 review_new_repos: bool = True, withhold_share: float = 0.0):
+                 review_new_repos: bool = True, withhold_share: float = 0.0, candidates_new_repos: bool = True,
+                 explore_share: float = 0.0):
         """``max_calls_per_caller``: the calls one token may have waiting or at the backend (0: no bound;
         open mode's callers share one label and are not bounded), so that no caller holds every turn.
         ``review_new_repos``: a repo this gateway creates makes curator op batches wait for review.
-        ``withhold_share``: each matching skill is withheld from a new task with this chance (measured utility)."""
+        ``withhold_share``: each matching skill is withheld from a new task with this chance (measured utility).
+        ``candidates_new_repos``: a repo this gateway creates gives what its traffic writes candidate state;
+        ``explore_share``: each matching candidate is served to a new task with this chance (else withheld)."""
         self.store, self.default_repo, self.k, self.admission = store, default_repo, k, admission
         self.policy = policy or RequestPolicy()
         self.max_calls_per_caller = max_calls_per_caller
         self.review_new_repos = review_new_repos
         self.withhold_share = withhold_share
+        self.candidates_new_repos, self.explore_share = candidates_new_repos, explore_share
         self._draw = random.SystemRandom()   # who is withheld must not be predictable from outside
         self.examples, self.examples_chars = examples, examples_chars
         self.backend_url, self.backend_model = llm.chat_url(), llm.model
@@ -232,7 +238,7 @@ class ChatGateway:
         if self.k == 0:
             return []
         try:
-            hits = await self._repo.search(repo, task[:MAX_QUERY_CHARS], self.k)
+            hits = await self._repo.search(repo, task[:MAX_QUERY_CHARS], self.k, candidates=True)
         except SkillRepoError as e:
             if e.status == 404 and e.code in ("repo_not_found", "not_found"):
                 if grant.scope != "rw":   # created with the gateway's token: only for a caller that may write
@@ -246,13 +252,16 @@ class ChatGateway:
             log.warning("gateway_skills_unavailable", repo=repo, error=str(e))  # answer without skills
             return []
         return [{"name": h.name, "description": h.description, "body": h.body, "version": h.version,
+                 **({"state": h.state} if h.state != "active" else {}),
                  **({"examples": [e.model_dump(mode="json") for e in h.examples]} if getattr(h, "examples", None)
                     else {})} for h in hits]
 
     async def _create_repo(self, repo: str) -> None:
         try:
-            await self._repo.create_repo(repo, {"review": self.review_new_repos})
-            log.info("gateway_repo_created", repo=repo, review=self.review_new_repos)
+            await self._repo.create_repo(repo, {"review": self.review_new_repos,
+                                                "candidates": self.candidates_new_repos})
+            log.info("gateway_repo_created", repo=repo, review=self.review_new_repos,
+                     candidates=self.candidates_new_repos)
         except SkillRepoError as e:
             if e.status != 409:  # 409: created meanwhile
                 raise gateway_error(e.status if 400 <= e.status < 500 else 502, e.code,
@@ -294,14 +303,21 @@ class ChatGateway:
                              created_at=now, updated_at=now, owner=grant.caller_id, withheld=withheld)
 
     def _withhold(self, skills: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-        """(the skills served, the names withheld): each matching skill independently, at ``withhold_share``,
-        so that each skill has tasks it matched and was not shown in (its utility's control arm)."""
-        if not skills or self.withhold_share <= 0:
-            return skills, []
-        withheld = [s["name"] for s in skills if self._draw.random() < self.withhold_share]
+        """(the skills served, the names withheld): each matching active skill independently, at
+        ``withhold_share``, so that each skill has tasks it matched and was not shown in (its utility's control
+        arm); each matching candidate is served only at ``explore_share`` and withheld otherwise."""
+        withheld = []
+        for s in skills:
+            if s.get("state") == "candidate":
+                if self._draw.random() >= self.explore_share:
+                    withheld.append(s["name"])
+                else:
+                    EXPLORED.inc()
+            elif self.withhold_share > 0 and self._draw.random() < self.withhold_share:
+                withheld.append(s["name"])
         if withheld:
             WITHHELD.inc(len(withheld))
-        return [s for s in skills if s["name"] not in withheld], withheld
+        return [{k: v for k, v in s.items() if k != "state"} for s in skills if s["name"] not in withheld], withheld
 
     def _record_later(self, row: TrajectoryRow, messages: list[dict[str, Any]], answer: dict[str, Any],
                       usage: dict[str, Any] | None) -> None:
