@@ -16,6 +16,7 @@ from harness.runner import REPO_TIMEOUT_S
 from skillos.clients.skillrepo import AsyncSkillRepoClient
 from skillos.llm.client import ChatResult, Usage
 from skillos.methods import build_method
+from skillos.methods.bank import ensure_stream_repo
 from skillos.methods.base import StreamContext
 from skillos.protocol.executor import EpisodeResponse, RetrievedSkill, Timing, TokenCount, Turn
 from skillos.stream import StreamConfig, TaskRecord, TaskSpec
@@ -172,3 +173,33 @@ def test_skillrl_evolves_the_weak_category_from_its_failures_with_a_scripted_wri
     assert info["writer_tokens"] == 30
     tiers = sorted((m["tier"], m.get("category")) for m in skills.values())
     assert tiers == [("general", None), ("specific", "clean"), ("specific", "clean")]
+
+
+def test_a_stream_counts_the_environments_outcome_for_each_skill_it_was_shown(repo_url):
+    """Measured utility from `skillos run`: each task's outcome counted once per skill shown (source
+    environment, the served arm only: a stream withholds nothing); a stream refuses a repo whose policy keeps
+    what it learns as candidates (its method serves what it learns to the next task)."""
+    async def body(m, ctx, repo, record):
+        record.retrieved = [{"name": "clean-apple", "version": 1}, {"name": "cool-apple", "version": 2}]
+        record.success = True
+        await m.count_outcome(0, ctx, record)
+        await m.count_outcome(0, ctx, record)      # a resumed stream's retry counts nothing
+        record2 = TaskRecord(position=1, task_id="t2", task_type="clean", instruction=INSTRUCTION, method="skillos",
+                             seed=0, retrieved=[{"name": "clean-apple", "version": 1}])
+        await m.count_outcome(1, ctx, record2)      # a failure
+        report = await repo.utility(ctx.config.repo)
+        other = f"c-{uuid.uuid4().hex[:8]}"
+        await repo.create_repo(other, {"candidates": True})
+        refused = None
+        try:
+            await ctx.bank("skillos").companion("x").ensure()   # a fresh one is made with the stream policy
+            await ensure_stream_repo(repo, other)
+        except Exception as e:  # noqa: BLE001 - the refusal is what is checked
+            refused = e
+        return report, record.method_info, refused
+
+    report, info, refused = _play(repo_url, "skillos", {}, body)
+    got = {u.name: (u.served, u.served_success, u.withheld) for u in report.skills}
+    assert got == {"clean-apple": (2, 1, 0), "cool-apple": (1, 1, 0)} and "utility_error" not in info
+    assert report.skills[0].interval is None     # no withheld arm in a stream: no interval
+    assert refused is not None and getattr(refused, "code", "") == "repo_candidates", refused
