@@ -47,7 +47,7 @@ from skillos.llm import LLMClient, LLMSettings
 from skillos.methods import METHODS, MethodConfigError, StreamContext, build_method, method_params
 from skillos.methods.bank import STREAM_POLICY
 from skillos.models import MODELS
-from skillos.protocol.runs import RUN_STATE, RunFolder
+from skillos.protocol.runs import RUN_STATE, UTILITY, RunFolder
 from skillos.protocol.skillrepo import SEARCH_MODES
 from skillos.stream import StreamConfig, TaskRecord, TaskSlots, TaskSpec, run_stream
 
@@ -361,6 +361,11 @@ async def _run_job(opts: RunOptions, out: Path, stamp: str, on_task, on_start) -
                         skills = []
                     folder = f"seed{run.seed}" if run.method == "skillos" else f"{run.method}-seed{run.seed}"
                     export_skills(skills, RunFolder(out).repo_dir(folder))
+                    try:   # the same numbers as `skillos repo stats` on the stream's repo
+                        utility = await repo_client.utility(run.repo)
+                        (RunFolder(out).repo_dir(folder) / UTILITY).write_text(utility.model_dump_json(indent=2))
+                    except SkillRepoError:
+                        pass
             summary = summarize(runs, config)
             write_task_records(runs, out)
             write_summary(summary, out)

@@ -12,6 +12,8 @@ A **stream run** (`skillos run`; written by `harness.report`):
     success_over_stream.png, repo_size.png, op_mix.png
     repo/<folder>/<skill>/SKILL.md
                                the skills each stream's repo ended with
+    repo/<folder>/utility.json the repo's measured utility per skill at the end (`UtilityReport`: each task's
+                               outcome counted for the skills it was shown; no skill name has a dot)
     resume/<repo>@<position:04d>.tar.gz
                                a learning stream's repos (the stream's and its companions) as the task at
                                that position left them, written before its tasks.jsonl line (the last two
@@ -58,6 +60,7 @@ REPO_SIZE_PLOT = "repo_size.png"
 OP_MIX_PLOT = "op_mix.png"
 STREAM_PLOTS = (SUCCESS_PLOT, REPO_SIZE_PLOT, OP_MIX_PLOT)
 REPO_DIR = "repo"
+UTILITY = "utility.json"
 RESUME_DIR = "resume"
 RUN_LOCK = ".lock"
 TRAIN_CONFIG = "config.json"

@@ -50,6 +50,14 @@ def test_stream_curated_skills_land_and_are_retrieved(stack, tmp_path):
     exported = list((out / "repo" / "seed0").glob("*/SKILL.md"))
     assert len(exported) == records[-1]["repo_size"]
     assert all(p.read_text().startswith("---\nname: ") for p in exported)
+    # measured utility: each task's outcome counted for each skill it was shown, as `skillos repo stats` says
+    served: dict[str, list[bool]] = {}
+    for r in records:
+        for name in {s["name"] for s in r["retrieved"]}:
+            served.setdefault(name, []).append(r["success"])
+    utility = json.loads((out / "repo" / "seed0" / "utility.json").read_text())
+    assert {u["name"]: (u["served"], u["served_success"], u["withheld"]) for u in utility["skills"]} == \
+        {name: (len(won), sum(won), 0) for name, won in served.items()}, utility
 
 
 def test_llm_down_episode_is_a_failure_with_reason(stack, tmp_path):

@@ -108,6 +108,9 @@ def test_an_update_shows_its_diff_and_a_stale_proposal_is_refused_until_rejected
     assert reviewer.proposal(repo, gone.proposal).status == "pending"
     assert reviewer.decide(repo, gone.proposal, False, note="already gone").status == "rejected"
     assert [p.id for p in reviewer.proposals(repo, status="rejected")] == [gone.proposal]
+    entry = reviewer.op_log(repo).entries[0]   # the op log says what became of the batch, and who said so
+    assert (entry.kind, entry.applied, entry.writer, entry.ops[0].message) == \
+        ("proposal_rejected", False, "reviewer", "already gone"), entry
     # a batch with nothing valid keeps no proposal
     none_valid = curator.apply_ops(repo, [{"name": "skill_delete", "arguments": {"skill_name": "nope"}}])
     assert none_valid.proposal is None and none_valid.verdicts[0].code == "skill_not_found"

@@ -244,6 +244,11 @@ class Review:
                 tx.log_as("ops", origin=json.dumps(origin, ensure_ascii=False),
                           entries=_VERDICTS.dump_json(verdicts, exclude_none=True).decode(), applied=True,
                           provenance=found.provenance.model_dump_json(exclude_none=True) if found.provenance else None)
+            else:   # the op log tells what happened to every batch: a rejection too, with the reviewer's note
+                tx.log_as("proposal_rejected", applied=False, origin=json.dumps({"source": f"proposal {pid}"[:64]}),
+                          entries=json.dumps([{"index": 0, "name": "reject", "status": "refused", "code": "rejected",
+                                               "message": (note or "rejected")[:500]}], ensure_ascii=False),
+                          provenance=found.provenance.model_dump_json(exclude_none=True) if found.provenance else None)
             sql.decide(tx.conn, tx.repo.id, pid, "approved" if approve else "rejected", reviewer, note,
                        result.model_dump_json() if result else None, tx.now)
         svc._committed(tx.repo, tx.changes)

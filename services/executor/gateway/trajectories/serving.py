@@ -353,16 +353,21 @@ class Trajectories:
 
     async def _count_outcome(self, row: TrajectoryRow, outcome: dict[str, Any]) -> None:
         """The outcome counted for each skill served and withheld (once per trajectory: the repo keys it by
-        the id, so a retried curation counts nothing twice). A repo that cannot be told now loses this
-        task's count, not its curation."""
+        the id, so a retry counts nothing twice). A repo that is unavailable is asked again three times over
+        ~4 s; one that still cannot be told loses this task's count, not its curation."""
         served = [s["name"] for s in row.skills]
         if self._repo is None or not (served or row.withheld):
             return
-        try:
-            await self._repo.record_outcome(row.repo, row.id, bool(outcome.get("success")),
-                                            "judge" if outcome.get("judged") else "caller", served, row.withheld)
-        except SkillRepoError as e:
-            log.warning("utility_not_counted", trajectory=row.id, repo=row.repo, error=str(e))
+        for attempt in range(4):
+            try:
+                await self._repo.record_outcome(row.repo, row.id, bool(outcome.get("success")),
+                                                "judge" if outcome.get("judged") else "caller", served, row.withheld)
+                return
+            except SkillRepoError as e:
+                if 400 <= e.status < 500 or attempt == 3:   # refused (or gone for good): asking again changes nothing
+                    log.warning("utility_not_counted", trajectory=row.id, repo=row.repo, error=str(e))
+                    return
+                await asyncio.sleep(0.5 * 2 ** attempt)
 
     async def _finish(self, tid: str, status: str, result: dict[str, Any], claimed_at: float) -> None:
         if not await self._db(self.store.finish, tid, status, result, claimed_at):
