@@ -441,7 +441,9 @@ def main() -> int:
 
     token = secrets.token_hex(24)
     ports = {name: free_port() for name in PUBLISHED}
-    env = {**os.environ, "SKILLOS_API_TOKEN": token,
+    # compose has no default database password (docker-compose.yml refuses to start without one): a random
+    # one for the check's own stack, as an operator sets in .env
+    env = {**os.environ, "SKILLOS_API_TOKEN": token, "POSTGRES_PASSWORD": secrets.token_hex(24),
            **{f"{name.upper()}_PORT": str(port) for name, port in ports.items()}}
     workdir = Path(tempfile.mkdtemp(prefix="skillos-compose-check-"))
     compose = find_compose(docker, project, env, workdir)

@@ -6,7 +6,10 @@
 k8s/base holds every SkillOS service, PostgreSQL and Redis with settings in a kustomize
 configMapGenerator (base/skillos.env) and credentials in a secretGenerator (placeholders to replace);
 k8s/overlays/cpu adds the embedded LLM server, k8s/overlays/gpu the vLLM servers, the model cache,
-the ServiceMonitor and the settings that point the LLM roles at vLLM.
+the ServiceMonitor, the settings that point the LLM roles at vLLM and the vLLM API key (a placeholder
+in the overlay's secretGenerator, to replace: the vLLM containers refuse to start with it). Every
+component comes with its NetworkPolicy (the chart's networkPolicy values); an overlay whose values
+change one (the gpu overlay's Prometheus peers) patches it.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ def helm() -> str:
 
 
 def render(*values_files: str) -> list[dict]:
-    args = [helm(), "template", RELEASE, str(CHART), "--namespace", "skillos",
-            "--skip-tests"]  # the `helm test` pod is a Helm hook: nothing to apply without Helm
+    # the `helm test` pod is a Helm hook: nothing to apply without Helm, and no NetworkPolicy lets it in
+    args = [helm(), "template", RELEASE, str(CHART), "--namespace", "skillos", "--skip-tests",
+            "--set", "tests.enabled=false"]
     for f in values_files:
         args += ["-f", str(CHART / f)]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
@@ -79,18 +83,19 @@ def dump(objs: list[dict]) -> str:
     return HEADER + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objs)
 
 
-def split(objs: list[dict]) -> tuple[dict, list[dict]]:
-    """(settings of the ConfigMap, every object but the ConfigMap and the Secret)"""
+def split(objs: list[dict]) -> tuple[dict, list[dict], set[str]]:
+    """(settings of the ConfigMap, every object but the ConfigMap and the Secret, the Secret's keys)"""
     config: dict = {}
     rest = []
+    secret_keys: set[str] = set()
     for o in objs:
         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{RELEASE}-config":
             config = o["data"]
         elif o["kind"] == "Secret":
-            continue
+            secret_keys |= set(o.get("data", {}))
         else:
             rest.append(strip_helm(o))
-    return config, rest
+    return config, rest, secret_keys
 
 
 def kustomization(body: dict) -> str:
@@ -101,7 +106,7 @@ def kustomization(body: dict) -> str:
 def build() -> dict[str, str]:
     """Every file of k8s/ as path -> text."""
     files: dict[str, str] = {}
-    base_config, base_objs = split(render())
+    base_config, base_objs, base_secret = split(render())
     llm_only = lambda o: component(o) == "llm" or component(o).startswith("vllm-")
     by_component: dict[str, list[dict]] = {}
     for o in base_objs:
@@ -129,7 +134,7 @@ def build() -> dict[str, str]:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "skillos"}}, sort_keys=False)
 
     for overlay, values in (("cpu", ("values-cpu.yaml",)), ("gpu", ("values-gpu.yaml",))):
-        config, objs = split(render(*values))
+        config, objs, secret = split(render(*values))
         extra = [o for o in objs if llm_only(o) or component(o) == "model-cache" or o["kind"] == "ServiceMonitor"]
         files[f"overlays/{overlay}/llm.yaml"] = dump(extra)
         # the LLM wiring is always restated: it is what the overlay is about, and a generator in the
@@ -139,6 +144,11 @@ def build() -> dict[str, str]:
         body: dict = {"namespace": "skillos", "resources": ["../../base", "llm.yaml"],
                       "configMapGenerator": [{"name": f"{RELEASE}-config", "behavior": "merge",
                                               "literals": [f"{k}={v}" for k, v in changed.items()]}]}
+        # credentials only this overlay's pods read (the vLLM API key): placeholders, as in the base
+        added = sorted(secret - base_secret)
+        if added:
+            body["secretGenerator"] = [{"name": f"{RELEASE}-secrets", "behavior": "merge",
+                                        "literals": [f"{k}={PLACEHOLDER}" for k in added]}]
         patches = _replica_patches(base_objs, objs)
         if patches:
             body["patches"] = patches
@@ -148,7 +158,7 @@ def build() -> dict[str, str]:
 
 def _replica_patches(base: list[dict], overlay: list[dict]) -> list[dict]:
     """Kustomize patches for what the overlay's values change in the base objects: replicas,
-    HPA bounds, and objects the overlay drops (HPAs and PDBs turned off)."""
+    HPA bounds, NetworkPolicies (more peers), and objects the overlay drops (HPAs and PDBs turned off)."""
     index = {(o["kind"], o["metadata"]["name"]): o for o in overlay}
     patches = []
     for o in base:
@@ -164,6 +174,10 @@ def _replica_patches(base: list[dict], overlay: list[dict]) -> list[dict]:
         if (o["kind"] == "Deployment" and "replicas" in new["spec"]
                 and o["spec"].get("replicas") != new["spec"]["replicas"]):
             ops.append({"op": "add", "path": "/spec/replicas", "value": new["spec"]["replicas"]})
+        if o["kind"] == "NetworkPolicy":
+            ops += [{"op": "add" if key in new["spec"] else "remove", "path": f"/spec/{key}",
+                     **({"value": new["spec"][key]} if key in new["spec"] else {})}
+                    for key in sorted(set(o["spec"]) | set(new["spec"])) if o["spec"].get(key) != new["spec"].get(key)]
         if o["kind"] == "HorizontalPodAutoscaler":
             for field in ("minReplicas", "maxReplicas"):
                 if o["spec"][field] != new["spec"][field]:

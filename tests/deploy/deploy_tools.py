@@ -173,13 +173,16 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
     return _VAR.sub(repl, text)
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    env = {}
+def read_env_file(path: Path, variables: dict[str, str] | None = None) -> dict[str, str]:
+    """NAME=value lines. With ``variables`` (what is set before this file: the environment, earlier env files),
+    a value is interpolated as Compose v2 reads an `--env-file` (deploy/gpu.env requires VLLM_API_KEY with
+    ${VLLM_API_KEY:?...}): a required variable that is unset raises MissingVariable."""
+    env: dict[str, str] = {}
     for line in path.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             key, _, value = line.partition("=")
-            env[key.strip()] = value
+            env[key.strip()] = value if variables is None else interpolate(value, {**variables, **env})
     return env
 
 

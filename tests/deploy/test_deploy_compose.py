@@ -23,7 +23,11 @@ from deploy_tools import (
 )
 from test_deploy_images import stages
 
-TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests"}
+# what an operator puts in .env: compose refuses to start without either
+TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests", "POSTGRES_PASSWORD": "pg-passw0rd-for-tests"}
+VLLM_KEY = "vllm-k3y-for-tests"
+DEV_ENV = ROOT / "deploy" / "dev.env"
+GPU_TRAIN_ENV = ROOT / "deploy" / "gpu-train.env"
 CORE = ("postgres", "redis", "skillrepo", "alfworld", "webshop", "reasoning", "executor", "curator")
 
 
@@ -106,7 +110,9 @@ def test_skillos_services_run_their_commands_from_real_build_targets(compose):
 def test_gpu_profile_reserves_nvidia_gpus_and_caches_models(compose):
     for role in ("executor", "curator"):
         svc = compose["services"][f"vllm-{role}"]
-        assert svc["entrypoint"] == ["vllm", "serve"] and svc["image"].startswith("vllm/vllm-openai:")
+        # `vllm serve` behind the key guard (test_vllm_refuses_to_start_without_a_real_key)
+        assert svc["entrypoint"][-1] == "vllm-serve" and 'exec vllm serve "$@"' in svc["entrypoint"][2]
+        assert svc["image"].startswith("vllm/vllm-openai:")
         assert "--enable-auto-tool-choice" in svc["command"] and "--tool-call-parser=hermes" in svc["command"]
         device = svc["deploy"]["resources"]["reservations"]["devices"][0]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
@@ -115,8 +121,14 @@ def test_gpu_profile_reserves_nvidia_gpus_and_caches_models(compose):
     assert "--enable-lora" in compose["services"]["vllm-curator"]["command"]
 
 
+def gpu_variables(**more: str) -> dict[str, str]:
+    """The interpolation variables of `--env-file .env --env-file deploy/gpu.env` with .env holding the key."""
+    env = {**TOKEN, "VLLM_API_KEY": VLLM_KEY, **more}
+    return {**env, **read_env_file(GPU_ENV, env)}
+
+
 def test_gpu_env_points_every_role_at_vllm():
-    gpu_vars = {**TOKEN, **read_env_file(GPU_ENV)}
+    gpu_vars = gpu_variables()
     compose = load_compose(gpu_vars)
     services = compose["services"]
     for name in ("executor", "curator"):
@@ -181,3 +193,102 @@ def test_trainer_runs_a_real_config_of_the_checkout(compose):
     config = trainer_config.TrainConfig.from_yaml(local)
     assert not config.output_dir.is_absolute() or str(config.output_dir).startswith("/home/skillos/runs")
     assert "train-runs:/home/skillos/runs" in svc["volumes"]
+
+
+# ------------------------------------------------------------------ credentials (issue 51, item 9)
+def test_postgres_password_is_required_outside_the_dev_env_file():
+    """No fixed database password unless asked for: without POSTGRES_PASSWORD compose refuses to start, naming
+    the variable and the way out; deploy/dev.env is the explicit development setting that supplies one."""
+    with pytest.raises(MissingVariable, match=r"POSTGRES_PASSWORD: set POSTGRES_PASSWORD in \.env.*deploy/dev\.env"):
+        load_compose({"SKILLOS_API_TOKEN": TOKEN["SKILLOS_API_TOKEN"]})
+    text = COMPOSE.read_text()
+    uses = re.findall(r"\$\{POSTGRES_PASSWORD([^}]*)\}", text)
+    assert len(uses) == 3 and all(u.startswith(":?") for u in uses), f"every use must be required: {uses}"
+    assert "skillos-dev-password" not in text
+    dev = read_env_file(DEV_ENV)
+    compose = load_compose({"SKILLOS_API_TOKEN": "t", **dev})
+    assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == dev["POSTGRES_PASSWORD"]
+    compose = load_compose(TOKEN)
+    password = TOKEN["POSTGRES_PASSWORD"]
+    assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == password
+    for name in ("skillrepo", "executor"):
+        assert service_env(compose, name)["SKILLOS_DATABASE_URL"] == \
+            f"postgresql+psycopg://skillos:{password}@postgres:5432/skillos"
+
+
+def test_compose_check_sets_a_random_database_password():
+    """`make compose-check` brings its own stack up: it must set the password (a random one), or compose refuses."""
+    source = (ROOT / "deploy" / "compose_check.py").read_text()
+    assert re.search(r'"POSTGRES_PASSWORD":\s*secrets\.token_hex\(\d+\)', source)
+
+
+def test_gpu_profile_requires_the_vllm_key_and_every_role_sends_it(monkeypatch):
+    """deploy/gpu.env stops compose without VLLM_API_KEY; with it, both vLLM servers want that key and every role of
+    every SkillOS service (executor, curator, judge; the trainer's weight sync) sends exactly it."""
+    from skillos.llm.settings import LLMSettings
+
+    with pytest.raises(MissingVariable, match="VLLM_API_KEY: set VLLM_API_KEY in .env for the gpu profile"):
+        read_env_file(GPU_ENV, TOKEN)
+    compose = load_compose(gpu_variables())
+    for server in ("vllm-executor", "vllm-curator"):
+        assert compose["services"][server]["environment"]["VLLM_API_KEY"] == VLLM_KEY
+    import os
+
+    for name in ("executor", "curator", "trainer"):
+        env = service_env(compose, name)
+        for key in [k for k in os.environ if k.startswith("SKILLOS_")]:
+            monkeypatch.delenv(key)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.chdir(ROOT / "deploy")   # no .env here: only the service's environment counts
+        for role in ("executor", "curator", "judge"):
+            assert LLMSettings.for_role(role).api_key == VLLM_KEY, f"{name}: the {role} role sends another key"
+    # the cpu profile's llama-server wants no key: nothing is sent
+    assert service_env(load_compose(TOKEN), "executor")["SKILLOS_LLM_API_KEY"] == ""
+
+
+def _vllm_guard(compose: dict, server: str) -> list[str]:
+    entry = compose["services"][server]["entrypoint"]
+    assert entry[:2] == ["/bin/sh", "-c"] and entry[3] == "vllm-serve", entry
+    return entry
+
+
+@pytest.mark.parametrize("key, starts", [("", False), ("CHANGE-ME", False), (" change_me ", False),
+                                         ("changeme", False), (VLLM_KEY, True)])
+def test_vllm_refuses_to_start_without_a_real_key(key, starts, tmp_path):
+    """The entrypoint as compose runs it (interpolated, `$$` -> `$`), with a stand-in `vllm` on PATH: an empty key or
+    a template placeholder stops it with a message; a real key runs `vllm serve` with the service's command."""
+    import os
+    import subprocess
+
+    from skillos.placeholders import PLACEHOLDERS
+
+    compose = load_compose(gpu_variables())
+    entry = _vllm_guard(compose, "vllm-curator")
+    for placeholder in PLACEHOLDERS:
+        assert placeholder in entry[2], f"the guard misses the placeholder {placeholder!r}"
+    fake = tmp_path / "vllm"
+    fake.write_text('#!/bin/sh\necho "vllm $*"\n')
+    fake.chmod(0o755)
+    argv = [*entry, *compose["services"]["vllm-curator"]["command"]]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                          env={"PATH": f"{tmp_path}:{os.environ['PATH']}", "VLLM_API_KEY": key})
+    if starts:
+        assert proc.returncode == 0 and proc.stdout.startswith("vllm serve Qwen/Qwen3-8B --served-model-name="), proc
+    else:
+        assert proc.returncode == 1 and "VLLM_API_KEY is empty or a placeholder" in proc.stderr and not proc.stdout
+    assert _vllm_guard(compose, "vllm-executor") == entry
+
+
+def test_runtime_lora_updating_only_for_a_training_run():
+    """Only the curator's server takes LoRA adapters at run time, and only with deploy/gpu-train.env (the trainer
+    pushing each step's adapter); the gpu profile alone keeps it off."""
+    def lora(variables: dict) -> dict[str, str]:
+        services = load_compose(variables)["services"]
+        return {s: services[s]["environment"].get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") for s in
+                ("vllm-executor", "vllm-curator")}
+
+    assert lora(gpu_variables()) == {"vllm-executor": None, "vllm-curator": "False"}
+    train = gpu_variables(**read_env_file(GPU_TRAIN_ENV))
+    assert lora(train) == {"vllm-executor": None, "vllm-curator": "True"}
+    assert "--enable-lora" in load_compose(train)["services"]["vllm-curator"]["command"]

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import compose_v1
 import pyindex
 
-TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests"}
+# what an operator puts in .env: compose refuses to start without either
+TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests", "POSTGRES_PASSWORD": "pg-passw0rd-for-tests"}
 GUIDE = ROOT / "docs" / "deployment.md"
 V1_SCHEMA = Path(__file__).parent / "schemas" / "compose-spec-docker-compose-1.29.2.json"
 PROFILE_SETS = (["cpu"], ["cpu", "trainer"], ["gpu"], ["gpu", "trainer"])
@@ -201,7 +202,7 @@ def test_compose_v2_accepts_the_file(profiles, tmp_path):
     env_files = ["--env-file", str(ROOT / "deploy" / "gpu.env")] if "gpu" in profiles else []
     proc = subprocess.run([exe, "-f", str(COMPOSE), *env_files, *prof, "config", "--format", "json"],
                           capture_output=True, text=True, cwd=tmp_path, check=False,
-                          env={**os.environ, **TOKEN})
+                          env={**os.environ, **TOKEN, "VLLM_API_KEY": "k3y"})
     assert proc.returncode == 0, proc.stderr
     resolved = json.loads(proc.stdout)
     assert resolved["name"] == "skillos"
@@ -227,6 +228,40 @@ def test_compose_v2_refuses_what_it_should(tmp_path):
                            "cpu", "config", "-q"], capture_output=True, text=True, cwd=tmp_path, check=False,
                           env={**os.environ, **TOKEN})
     assert proc.returncode != 0 and "nowhere" in proc.stderr
+
+
+@pytest.mark.parametrize("profile, env_files, missing, message", [
+    ("cpu", [], "POSTGRES_PASSWORD", ("required variable POSTGRES_PASSWORD is missing a value: set POSTGRES_PASSWORD "
+                                      "in .env (openssl rand -hex 24), or add --env-file deploy/dev.env")),
+    ("gpu", ["deploy/gpu.env"], "VLLM_API_KEY", ("deploy/gpu.env: required variable VLLM_API_KEY is missing a value: "
+                                                 "set VLLM_API_KEY in .env for the gpu profile")),
+])
+def test_compose_v2_refuses_missing_credentials(profile, env_files, missing, message, tmp_path):
+    """Issue 51: no fixed database password outside deploy/dev.env, no vLLM without its key. Compose v2 itself
+    (`config`, no engine) refuses, with the message that says what to set."""
+    exe = compose_v2()
+    base = {k: v for k, v in os.environ.items() if k not in ("POSTGRES_PASSWORD", "VLLM_API_KEY")}
+    full = {**base, **TOKEN, "VLLM_API_KEY": "k3y"}
+    files = [a for f in env_files for a in ("--env-file", str(ROOT / f))]
+    argv = [exe, "-f", str(COMPOSE), *files, "--profile", profile, "config", "--format", "json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False,
+                          env={k: v for k, v in full.items() if k != missing})
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False, env=full)
+    assert proc.returncode == 0, proc.stderr
+    if missing == "POSTGRES_PASSWORD":
+        # the explicit development setting: the fixed password, only when its file is named
+        dev = [exe, "-f", str(COMPOSE), "--env-file", str(ROOT / "deploy" / "dev.env"), "--profile", profile,
+               "config", "--format", "json"]
+        proc = subprocess.run(dev, capture_output=True, text=True, cwd=tmp_path, check=False,
+                              env={k: v for k, v in full.items() if k != missing})
+        assert proc.returncode == 0, proc.stderr
+        services = json.loads(proc.stdout)["services"]
+        assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "skillos-dev-password"
+    else:
+        services = json.loads(proc.stdout)["services"]
+        assert services["vllm-curator"]["environment"]["VLLM_API_KEY"] == "k3y"
+        assert services["executor"]["environment"]["SKILLOS_LLM_API_KEY"] == "k3y"
 
 
 def v1_errors(doc: dict) -> list[str]:
@@ -277,7 +312,7 @@ def interpolate_values(obj, variables: dict[str, str]):
 def pyindex_gpu_env() -> dict[str, str]:
     from deploy_tools import GPU_ENV, read_env_file
 
-    return read_env_file(GPU_ENV)
+    return read_env_file(GPU_ENV, {"VLLM_API_KEY": "k3y"})
 
 
 def test_compose_1_29_rules_reject_the_v2_file():

@@ -146,7 +146,7 @@ def check_docker(argv: list[str]) -> None:
     while args and args[0].startswith("--"):
         flag, value, args = args[0], args[1], args[2:]
         (profiles if flag == "--profile" else env_files).append(value)
-    compose = load_compose({"SKILLOS_API_TOKEN": "t"})
+    compose = load_compose({"SKILLOS_API_TOKEN": "t", "POSTGRES_PASSWORD": "p"})
     services = compose["services"]
     known_profiles = {p for s in services.values() for p in s.get("profiles", [])}
     assert set(profiles) <= known_profiles, profiles

@@ -113,7 +113,9 @@ def test_gpu_values_run_vllm_on_gpu_nodes_with_a_model_cache():
         spec = dep["spec"]["template"]["spec"]
         c = spec["containers"][0]
         assert c["image"].startswith("vllm/vllm-openai:")
-        assert c["command"] == ["vllm", "serve"] and c["args"][0] == "Qwen/Qwen3-8B"
+        # `vllm serve <args>` behind the key guard (test_deploy_netpol.py runs it): the script, $0, then vLLM's
+        assert c["command"] == ["/bin/sh", "-c"] and 'exec vllm serve "$@"' in c["args"][0]
+        assert c["args"][1] == "vllm-serve" and c["args"][2] == "Qwen/Qwen3-8B"
         assert "--enable-auto-tool-choice" in c["args"] and "--tool-call-parser=hermes" in c["args"]
         assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -121,12 +123,17 @@ def test_gpu_values_run_vllm_on_gpu_nodes_with_a_model_cache():
         claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
         assert claims == {"skillos-model-cache"}
     assert "--enable-lora" in container(deployments["skillos-vllm-curator"])["args"]
-    # issue 51: each server wants the generated key; only the LoRA role takes adapters at run time
+    # issue 51: each server wants the generated key (not optional: a Secret without it keeps the pod from
+    # starting); adapters load at run time only for a training Job of this release (values-training.yaml)
     secret = {k: base64.b64decode(v).decode() for k, v in by_kind(objs, "Secret")["skillos-secrets"]["data"].items()}
     assert len(secret["SKILLOS_LLM_API_KEY"]) >= 32
+    training = by_kind(helm_template("values-training.yaml"), "Deployment")
     for role, lora in (("executor", False), ("curator", True)):
         env = {e["name"]: e for e in container(deployments[f"skillos-vllm-{role}"])["env"]}
-        assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "SKILLOS_LLM_API_KEY"
+        assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "skillos-secrets",
+                                                                    "key": "SKILLOS_LLM_API_KEY"}
+        assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+        env = {e["name"]: e for e in container(training[f"skillos-vllm-{role}"])["env"]}
         assert ("VLLM_ALLOW_RUNTIME_LORA_UPDATING" in env) is lora
     assert "skillos-model-cache" in by_kind(objs, "PersistentVolumeClaim")
     assert "skillos" in by_kind(objs, "ServiceMonitor")

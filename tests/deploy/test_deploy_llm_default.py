@@ -19,7 +19,8 @@ from test_deploy_images import effective, stages
 sys.path.insert(0, str(ROOT / "deploy"))
 import pyindex
 
-TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests"}
+# what an operator puts in .env: compose refuses to start without either
+TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests", "POSTGRES_PASSWORD": "pg-passw0rd-for-tests"}
 SMOLLM2_ENV = ROOT / "deploy" / "smollm2.env"
 ROLES = ("executor", "curator", "judge")
 # what a deployment sets differently from `make run` on purpose: where each role's server is, its key

@@ -26,7 +26,8 @@ from deploy_tools import (
     values_files,
 )
 
-TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests"}
+# what an operator puts in .env: compose refuses to start without either
+TOKEN = {"SKILLOS_API_TOKEN": "t0ken-for-tests", "POSTGRES_PASSWORD": "pg-passw0rd-for-tests"}
 INV = collect()
 NAME = re.compile(r"\bSKILLOS_[A-Z0-9_]*[A-Z0-9]\b")
 # SKILLOS_ names in the deployment files that are not settings: none may exist, they would be typos;

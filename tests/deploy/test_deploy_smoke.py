@@ -33,7 +33,7 @@ def loopback_env(compose: dict, service: str, ports: dict[str, int], pg_url: str
 
 
 def test_compose_services_start_with_their_compose_environment(pg_url, redis_url, embedded_llm, tmp_path):
-    compose = load_compose({"SKILLOS_API_TOKEN": TOKEN})
+    compose = load_compose({"SKILLOS_API_TOKEN": TOKEN, "POSTGRES_PASSWORD": "pg-passw0rd-for-tests"})
     ports = {name: free_port() for name in PORTS}
     ports["llm"] = int(embedded_llm.rsplit(":", 1)[1].split("/")[0])
     started = {}

@@ -183,3 +183,14 @@ storageClassName: ""
 storageClassName: {{ $class | quote }}
 {{- end -}}
 {{- end -}}
+
+{{/* With llm.mode=vllm every role's key must be the one vLLM serves (SKILLOS_LLM_API_KEY): a per-role key set to
+     anything else would be refused by vLLM on every call. (dict "data" <the Secret's data> "where" "<what it is>") */}}
+{{- define "skillos.vllmRoleKeys" -}}
+{{- range $role := list "EXECUTOR" "CURATOR" "JUDGE" }}
+{{- $k := get $.data (printf "SKILLOS_%s_LLM_API_KEY" $role) }}
+{{- if and $k (ne $k (get $.data "SKILLOS_LLM_API_KEY")) }}
+{{- fail (printf "%s: SKILLOS_%s_LLM_API_KEY differs from SKILLOS_LLM_API_KEY, but with llm.mode=vllm every role calls vLLM, which serves one key (SKILLOS_LLM_API_KEY): leave the per-role key empty" $.where $role) }}
+{{- end }}
+{{- end }}
+{{- end -}}
