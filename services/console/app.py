@@ -102,17 +102,18 @@ def build_app(settings: ConsoleSettings | None = None) -> FastAPI:
                        ttl_s=settings.console_session_ttl_s)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
-    def error_page(request: Request, status: int, title: str, message: str):
+    def error_page(request: Request, status: int, title: str, message: str, back: tuple[str, str] | None = None):
         if _wants_json(request):
-            code = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(status, "error")
+            code = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                    409: "conflict"}.get(status, "error")
             return JSONResponse({"error": {"code": code, "message": message, "details": None}}, status_code=status)
         session = getattr(request.state, "session", None)
         return tpl.TemplateResponse(request, "error.html", {"status": status, "title": title, "message": message,
-                                                            "session": session}, status_code=status)
+                                                            "session": session, "back": back}, status_code=status)
 
     @app.exception_handler(PageError)
     async def _page_error(request: Request, exc: PageError):
-        return error_page(request, exc.status, exc.title, exc.message)
+        return error_page(request, exc.status, exc.title, exc.message, exc.back)
 
     @app.exception_handler(LoginRequired)
     async def _login(request: Request, _exc: LoginRequired):

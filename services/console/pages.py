@@ -6,7 +6,7 @@ import asyncio
 import json
 import secrets
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlparse
 
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
@@ -17,7 +17,7 @@ from services.console.render import seg
 from services.console.runs import Filters
 from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, Session, session_cookie
-from skillos.protocol.skillrepo import SearchMode
+from skillos.protocol.skillrepo import LOG_ID_MAX, OutcomeSource, SearchMode
 from skillos.textguard import decimal
 
 router = APIRouter(include_in_schema=False)
@@ -165,6 +165,45 @@ async def restore(request: Request, repo: str, name: str, svc: Svc, user: User,
     new_version = await svc.restore(user, repo, name, version)
     return RedirectResponse(f"/repos/{seg(repo)}/skills/{seg(name)}?restored={new_version}",
                             status_code=303)
+
+
+# --- review and measured utility ------------------------------------------------------------------
+
+ProposalId = Annotated[int, Path(ge=1, le=LOG_ID_MAX)]
+
+
+@router.get("/repos/{repo}/review")
+async def review_page(request: Request, repo: str, svc: Svc, user: User,
+                      status: Literal["pending", "approved", "rejected", "all"] = "pending",
+                      before: Annotated[int | None, Query(ge=1, le=LOG_ID_MAX)] = None):
+    ctx = await svc.review_page(user, repo, None if status == "all" else status, before)
+    return page(request, "review.html", {**ctx, "status": status})
+
+
+@router.get("/repos/{repo}/review/{pid}")
+async def proposal_page(request: Request, repo: str, pid: ProposalId, svc: Svc, user: User,
+                        decided: Annotated[str | None, Query(pattern="^(approved|rejected)$")] = None):
+    ctx = await svc.proposal_page(user, repo, pid)
+    return page(request, "proposal.html", {**ctx, "decided": decided})
+
+
+@router.post("/repos/{repo}/review/{pid}/decide")
+async def decide(request: Request, repo: str, pid: ProposalId, svc: Svc, user: User,
+                 decision: Annotated[Literal["approve", "reject"], Form()],
+                 note: Annotated[str, Form(max_length=2000)] = "", csrf: Annotated[str, Form(max_length=100)] = ""):
+    """A reviewer's approve or reject, made with the logged-in user's own token (never a token of the console's):
+    the skill repo decides whether that token may decide this proposal."""
+    _same_origin(request)
+    if not user.csrf_ok(csrf):
+        raise PageError(403, "Not allowed", "the form expired or did not come from this console: reload the page")
+    p = await svc.decide(user, repo, pid, decision == "approve", note)
+    return RedirectResponse(f"/repos/{seg(repo)}/review/{p.id}?decided={p.status}", status_code=303)
+
+
+@router.get("/repos/{repo}/utility")
+async def utility_page(request: Request, repo: str, svc: Svc, user: User,
+                       source: Annotated[list[OutcomeSource] | None, Query()] = None):
+    return page(request, "utility.html", await svc.utility_page(user, repo, source))
 
 
 # --- runs ----------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from starlette.concurrency import run_in_threadpool
 
-from services.console.render import diff_lines, skill_view
+from services.console.render import DiffLine, diff_lines, seg, skill_view
 from services.console.runs import Filters, RunInfo, RunNotFound, RunStore, TaskRow
 from services.console.sessions import Session, SessionStore
 from services.console.settings import ConsoleSettings
@@ -29,20 +29,34 @@ from skillos.protocol.runs import (
     parse_line,
     to_dict,
 )
-from skillos.protocol.skillrepo import REPO_NAME_PATTERN, OpLog, SkillVersion, TokenInfo
+from skillos.protocol.skillrepo import (
+    REPO_NAME_PATTERN,
+    OpLog,
+    OpOrigin,
+    OutcomeSource,
+    Proposal,
+    ProposedChange,
+    SkillUtility,
+    SkillVersion,
+    TokenInfo,
+    UtilityReport,
+)
 from skillos.worked_examples import render
 
 TOKEN_RECHECK_S = 60.0     # a session's token is confirmed with the skill repo at most this often
 OPEN_CHECK_S = 10.0        # how long "the skill repo is open" is believed
 MAX_QUERY_CHARS = 500
+PENDING_SHOWN = 50         # the repo page counts pending proposals up to this ("50+" beyond)
+READ_PROPOSALS = ("Proposals hold unreviewed text from traffic and who sent it: reading them needs a token that "
+                  "may write this repo (scope rw).")
 
 
 class PageError(Exception):
-    """An error page: status, a short title and what to do."""
+    """An error page: status, a short title and what to do (``back``: a (path, text) link to go on from)."""
 
-    def __init__(self, status: int, title: str, message: str):
+    def __init__(self, status: int, title: str, message: str, back: tuple[str, str] | None = None):
         super().__init__(message)
-        self.status, self.title, self.message = status, title, message
+        self.status, self.title, self.message, self.back = status, title, message, back
 
 
 class LoginRequired(Exception):
@@ -182,16 +196,17 @@ class ConsoleService:
         if len(q) > MAX_QUERY_CHARS:
             raise PageError(400, "Query too long", f"Search with at most {MAX_QUERY_CHARS} characters.")
         try:
-            info, skills, log, repos = await asyncio.gather(
+            info, skills, log, repos, pending = await asyncio.gather(
                 c.get_repo(repo), c.list_skills_page(repo, limit=self.page_size, after=after or None),
-                c.op_log(repo, limit=20), c.list_repos())
+                c.op_log(repo, limit=20), c.list_repos(), self.pending_count(session, repo))
             hits = await c.search(repo, q, k=20, mode=mode) if q else None
         except SkillRepoError as e:
             raise repo_error(e, "Repo") from None
         usage = await run_in_threadpool(self.runs.usage, repo)
         return {"repo": info, "repo_name": repo, "skills": skills, "usage": usage, "q": q, "hits": hits, "after": after,
                 "mode": mode,
-                "forks": sorted(r.name for r in repos if r.forked_from == repo),
+                "forks": sorted(r.name for r in repos if r.forked_from == repo), "pending": pending,
+                "pending_shown": PENDING_SHOWN,
                 "log": log, "origins": await self.origin_links(log)}
 
     async def search(self, session: Session, repo: str, q: str, mode: str = "bm25") -> dict[str, Any]:
@@ -221,13 +236,93 @@ class ConsoleService:
         by_run = {i.run_id: i.id for i in await run_in_threadpool(self.runs.list) if i.run_id}
         out = {}
         for e in log.entries:
-            o = e.origin
-            if o and o.run in by_run:
-                if o.seed is not None and o.position is not None:
-                    out[e.id] = f"/runs/{by_run[o.run]}/tasks/skillos/{o.seed}/{o.position}"
-                else:
-                    out[e.id] = f"/runs/{by_run[o.run]}"
+            link = _origin_link(e.origin, by_run)
+            if link:
+                out[e.id] = link
         return out
+
+    # --- review: op batches that wait for a person ------------------------------------------------
+
+    async def review_page(self, session: Session, repo: str, status: str | None, before: int | None) -> dict[str, Any]:
+        """A repo's proposals (pending by default), newest first, with the policy that made them wait."""
+        _valid_repo(repo)
+        if not session.can_write:
+            raise PageError(403, "Not allowed", READ_PROPOSALS, back=(f"/repos/{seg(repo)}", f"back to {repo}"))
+        c = self.client(session)
+        try:
+            proposals, policy = await asyncio.gather(
+                c.proposals(repo, status=status, before=before, limit=self.page_size), c.get_policy(repo))
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        next_before = proposals[-1].id if len(proposals) == self.page_size else None
+        return {"repo": repo, "proposals": proposals, "policy": policy, "status": status, "before": before,
+                "next_before": next_before, "touched": {p.id: touched(p) for p in proposals}}
+
+    async def proposal_page(self, session: Session, repo: str, pid: int) -> dict[str, Any]:
+        """One proposal: who sent it, why it waits, what it claims to come from, each op's diff against the
+        skill as served now, and (pending) the reviewer's form."""
+        _valid_repo(repo)
+        if not session.can_write:
+            raise PageError(403, "Not allowed", READ_PROPOSALS, back=(f"/repos/{seg(repo)}", f"back to {repo}"))
+        c = self.client(session)
+        try:
+            p, policy = await asyncio.gather(c.proposal(repo, pid), c.get_policy(repo))
+        except SkillRepoError as e:
+            raise repo_error(e, "Proposal") from None
+        changes = [ChangeView(ch, *diff_lines(ch.current or "", ch.proposed or "")) for ch in p.changes]
+        link = None
+        if p.origin and p.origin.run:
+            by_run = {i.run_id: i.id for i in await run_in_threadpool(self.runs.list) if i.run_id}
+            link = _origin_link(p.origin, by_run)
+        example = render(p.example) if p.example is not None else None
+        return {"repo": repo, "p": p, "policy": policy, "changes": changes, "origin_link": link,
+                "example": example}
+
+    async def decide(self, session: Session, repo: str, pid: int, approve: bool, note: str | None) -> Proposal:
+        """Approve (the repo applies the batch now, as this user's write) or reject a pending proposal, with the
+        user's own token: the skill repo checks that it is a reviewer's (an operator, or a label in the policy's
+        `reviewers`) and not the proposal's writer."""
+        _valid_repo(repo)
+        back = (f"/repos/{seg(repo)}/review/{pid}", f"back to proposal {pid}")
+        if not session.can_write:
+            raise PageError(403, "Read-only", "This token may only read: deciding a proposal needs a reviewer's "
+                                              "token (scope rw).", back=back)
+        note = (note or "").strip() or None
+        try:
+            return await self.client(session).decide(repo, pid, approve, note)
+        except SkillRepoError as e:
+            if e.status == 409:
+                raise PageError(409, "Not decided", e.message, back=back) from None
+            err = repo_error(e, "Proposal")
+            if isinstance(err, PageError):
+                err.back = back
+            raise err from None
+
+    async def pending_count(self, session: Session, repo: str) -> int | None:
+        """Pending proposals of the repo, up to PENDING_SHOWN + 1 (None: this token may not read them)."""
+        if not session.can_write:
+            return None
+        try:
+            return len(await self.client(session).proposals(repo, "pending", limit=PENDING_SHOWN + 1))
+        except SkillRepoError as e:
+            if e.status == 401:
+                raise LoginRequired() from None
+            return None
+
+    # --- measured utility ------------------------------------------------------------------------
+
+    async def utility_page(self, session: Session, repo: str, sources: list[OutcomeSource] | None) -> dict[str, Any]:
+        """Per skill: tasks served and withheld, the success rate of each, the difference with its 95 % interval;
+        the skills whose interval lies wholly below 0 first."""
+        _valid_repo(repo)
+        try:
+            report = await self.client(session).utility(repo, list(sources) if sources else None)
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        rows = utility_rows(report)
+        counts = {k: sum(1 for r in rows if r.verdict == k) for k in VERDICTS}
+        return {"repo": repo, "report": report, "rows": rows, "counts": counts,
+                "sources": list(sources or []), "all_sources": list(get_args(OutcomeSource))}
 
     # --- skills ----------------------------------------------------------------------------------
 
@@ -395,6 +490,76 @@ class ConsoleService:
         else:
             rows = self.runs.tasks(fresh).rows
         return rows[seen:], fresh.status, len(rows)
+
+
+def _origin_link(o: OpOrigin | None, by_run: dict[str, str]) -> str | None:
+    """The console page of the run task an origin names (None: no such run here)."""
+    if o is None or o.run not in by_run:
+        return None
+    if o.seed is not None and o.position is not None:
+        return f"/runs/{by_run[o.run]}/tasks/skillos/{o.seed}/{o.position}"
+    return f"/runs/{by_run[o.run]}"
+
+
+def touched(p: Proposal) -> list[tuple[str, str]]:
+    """(op, skill) of each op the repo found valid when the batch was proposed (refused ones wait for nothing)."""
+    out = []
+    for v in p.verdicts:
+        if v.status != "refused":
+            out.append((v.name, v.skill_name or "?"))
+    return out
+
+
+@dataclass
+class ChangeView:
+    """One op of a proposal and its line diff against the skill as served now."""
+    change: ProposedChange
+    rows: list[DiffLine]
+    added: int
+    removed: int
+
+
+VERDICTS = ("worse", "unclear", "better", "unmeasured")
+BAR_W = 160   # the interval bar's width in pixels: -1 .. +1 of the difference
+
+
+@dataclass
+class UtilityRow:
+    u: SkillUtility
+    verdict: str                # worse | unclear | better | unmeasured (an arm has no task yet)
+    served_rate: float | None
+    withheld_rate: float | None
+    bar: tuple[float, float, float] | None   # x of the interval's low end, high end, the difference
+
+
+def utility_rows(report: UtilityReport) -> list[UtilityRow]:
+    """The report's skills with a verdict, sorted: interval wholly below 0 (worse when shown) first, by its upper
+    end; then unclear and better by difference; then the skills without an interval, most served first."""
+    def x(v: float) -> float:
+        return round((max(-1.0, min(1.0, v)) + 1) / 2 * BAR_W, 1)
+
+    rows = []
+    for u in report.skills:
+        lo_hi = u.interval
+        if lo_hi is None:
+            verdict = "unmeasured"
+        elif lo_hi[1] < 0:
+            verdict = "worse"
+        elif lo_hi[0] > 0:
+            verdict = "better"
+        else:
+            verdict = "unclear"
+        bar = (x(lo_hi[0]), x(lo_hi[1]), x(u.difference or 0.0)) if lo_hi is not None else None
+        rows.append(UtilityRow(u, verdict, u.served_success / u.served if u.served else None,
+                               u.withheld_success / u.withheld if u.withheld else None, bar))
+
+    def key(r: UtilityRow) -> tuple[int, float, str]:
+        if r.verdict == "worse":
+            return (0, r.u.interval[1], r.u.name)
+        if r.verdict == "unmeasured":
+            return (2, -float(r.u.served + r.u.withheld), r.u.name)
+        return (1, r.u.difference if r.u.difference is not None else 0.0, r.u.name)
+    return sorted(rows, key=key)
 
 
 def task_key(row: TaskRow) -> str:

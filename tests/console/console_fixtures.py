@@ -24,8 +24,12 @@ from console_data import (
 
 from skillos.clients.skillrepo import SkillRepoClient
 
-TOKENS = {"admin": "admin-token-7f3a", "viewer": "viewer-token-51c0", "team": "team-token-9e2d"}
-AUTH_TOKENS = f"{TOKENS['admin']}:rw,{TOKENS['viewer']}:read,{TOKENS['team']}:read:team-"
+TOKENS = {"admin": "admin-token-7f3a", "viewer": "viewer-token-51c0", "team": "team-token-9e2d",
+          # review (test_console_review.py): rw tokens of the `rev` repos, by label; none is an operator
+          "writer": "writer-token-3b1e", "lead": "lead-token-c7a4", "other": "other-token-90d2"}
+AUTH_TOKENS = (f"{TOKENS['admin']}:rw,{TOKENS['viewer']}:read,{TOKENS['team']}:read:team-,"
+               f"{TOKENS['writer']}:rw:rev:rev-writer,{TOKENS['lead']}:rw:rev:rev-lead,"
+               f"{TOKENS['other']}:rw:rev:rev-other")
 RUN = "20260101-120000"                  # a finished `skillos run` folder
 RUN_ID = "run-20260101-120000-a1b2c3"    # its config.run_id; its skillos repo is RUN_ID-s0
 REPO = f"{RUN_ID}-s0"

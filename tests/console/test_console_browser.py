@@ -1,7 +1,8 @@
 """The console in a real browser: Debian's headless Chromium driven by Playwright (no browser download).
 
 Log in, list repos, search as you type, open a skill, a diff, restore a version, open a run and a task,
-watch a run in progress advance, and a skill whose body holds script that must not run. With
+watch a run in progress advance, a skill whose body holds script that must not run, and a reviewer approving a
+proposal (its diff holding script) and reading the repo's measured utility. With
 SKILLOS_CONSOLE_SCREENSHOTS=<dir> the main pages are saved there (docs/img holds the README's).
 In CI (CI=true) a missing chromium or playwright fails these tests; elsewhere they are skipped.
 """
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from conftest import _unavailable
-from console_data import HOSTILE_NAME, StreamPlan, task_records, write_stream_run
+from console_data import HOSTILE_NAME, StreamPlan, skill_md, task_records, write_stream_run
 from console_fixtures import DEMO, REPO, RUN, TOKENS, stack  # noqa: F401
+
+from skillos.clients.skillrepo import SkillRepoClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -211,3 +214,54 @@ def test_hostile_skill_cannot_run_script(tab, stack):
     page.wait_for_selector(f"#hits a:text('{HOSTILE_NAME}')")
     assert page.evaluate("window.__xss") is None
     assert not tab.dialogs
+
+
+def test_a_reviewer_approves_in_the_browser_and_reads_the_utility(tab, stack):
+    """A batch whose text holds script waits in a repo with review on; the reviewer reads its diff (the script as
+    text) and approves it with a note; the utility page shows the worse skill first."""
+    repo = "rev-browser"
+    admin = stack.admin
+    admin.create_repo(repo, policy={"review": True, "reviewers": ["rev-lead"]})
+    heat = "1. take the mug\n2. put it in the microwave\n3. heat it"
+    admin.put_skill(repo, skill_md("heat-mug", "Heat a mug in the microwave", heat))
+    admin.put_skill(repo, skill_md("cool-apple", "Cool an apple in the fridge", "1. open the fridge\n2. cool it"))
+    with SkillRepoClient(stack.repo_url, token=TOKENS["writer"]) as writer:
+        sent = writer.apply_ops(repo, [
+            {"name": "skill_update", "arguments": {"skill_name": "heat-mug", "new_content": skill_md(
+                "heat-mug", "Heat a mug in the microwave",
+                "1. take the mug\n2. open the microwave first\n3. heat the mug with the microwave\n4. take it out")}},
+            {"name": "new_skill_insert", "arguments": {"skill_name": "clean-knife", "content": skill_md(
+                "clean-knife", "Clean a knife in the sinkbasin",
+                '1. go to the sinkbasin\n2. clean the knife <script>window.__xss="proposal"</script>')}}],
+            origin={"source": "gateway", "trajectory": "trj-4f1c0a", "task_id": "clean some knife and put it in drawer"})
+    n = 0
+    for name, served, won, withheld, withheld_won in (("heat-mug", 30, 26, 12, 5), ("cool-apple", 24, 6, 20, 17),
+                                                       ("clean-knife", 4, 3, 0, 0)):
+        for arm, tasks, wins in (("served", served, won), ("withheld", withheld, withheld_won)):
+            for i in range(tasks):
+                n += 1
+                admin.record_outcome(repo, f"trj-b{n}", i < wins, "judge", **{arm: [name]})
+
+    page = tab.page
+    tab.login(TOKENS["lead"])
+    tab.go(f"/repos/{repo}")
+    page.locator("#review-link").click()
+    page.wait_for_selector("#proposals")
+    page.locator(f'#proposals tr[data-proposal="{sent.proposal}"] a').first.click()
+    page.wait_for_selector("#decide")
+    assert page.evaluate("window.__xss") is None
+    assert '<script>window.__xss="proposal"</script>' in page.locator('section.change[data-change="1"]').inner_text()
+    assert page.locator('section.change[data-change="0"] tr.insert').count() == 3
+    page.fill("#note", "the microwave must be opened first")
+    tab.shot("review")
+    page.click('button[data-decide="approve"]')
+    page.wait_for_selector("#decided")
+    assert page.locator("#proposal-status").inner_text() == "approved"
+    assert admin.proposal(repo, sent.proposal).decided_by == "rev-lead"
+
+    tab.go(f"/repos/{repo}")
+    page.locator("#utility-link").click()
+    page.wait_for_selector("#utility")
+    assert page.locator("#utility tbody tr").first.get_attribute("data-skill") == "cool-apple"
+    assert page.locator("#utility tbody tr").first.get_attribute("data-verdict") == "worse"
+    tab.shot("utility")
