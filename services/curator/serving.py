@@ -120,7 +120,9 @@ class Curator:
         return RepoForCuration(self.repo, {
             "curator_model": self.llm.model, "requested_by": caller.token_label if caller is not None else None,
             "trajectory": req.origin.trajectory if req.origin else None,
-            "outcome_source": req.outcome.source if req.outcome else None})
+            # the curation wire says "env" where the skill repo's outcome sources say "environment"
+            "outcome_source": {"env": "environment"}.get(req.outcome.source, req.outcome.source) if req.outcome
+                              else None})
 
     # --- content judge --------------------------------------------------------------------------
 
