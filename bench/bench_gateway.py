@@ -172,15 +172,23 @@ def skills_archive(n: int, start: int, rng: random.Random) -> bytes:
     return buf.getvalue()
 
 
-def fill_repo(url: str, repo: str, n: int) -> None:
+def fill_repo(url: str, repo: str, n: int, candidates: int = 0) -> None:
+    """``n`` skills written by a person, then (``candidates``) that many more from op batches in a repo whose
+    policy keeps them as candidates: every search then filters states and over-fetches by their number."""
     from skillos.clients.skillrepo import SkillRepoClient
 
     rng = random.Random(0)
     with SkillRepoClient(url, timeout=600) as rc:
-        rc.create_repo(repo)
+        rc.create_repo(repo, {"candidates": True} if candidates else None)
         for start in range(0, n, 2000):
             rc.import_(repo, skills_archive(min(2000, n - start), start, rng))
             progress(f"repo {repo}: {min(n, start + 2000)}/{n} skills")
+        for start in range(0, candidates, 100):
+            with tarfile.open(fileobj=io.BytesIO(skills_archive(min(100, candidates - start), n + start, rng))) as tar:
+                docs = [tar.extractfile(m).read().decode() for m in tar.getmembers()]
+            rc.apply_ops(repo, [{"name": "new_skill_insert", "arguments": {"skill_name": d.split("\n")[1][6:],
+                                                                            "content": d}} for d in docs])
+            progress(f"repo {repo}: {min(candidates, start + 100)}/{candidates} candidates")
 
 
 # ---------------------------------------------------------------- the calls
@@ -364,12 +372,17 @@ def main() -> None:
     p.add_argument("--stream-clients", type=int, default=64)
     p.add_argument("--stream-calls", type=int, default=5, help="streaming calls per client")
     p.add_argument("--memory-calls", type=int, default=10000)
+    p.add_argument("--withhold-share", type=float, default=0.1,
+                   help="SKILLOS_GATEWAY_WITHHOLD_SHARE (measured utility's control arm; the service's default)")
+    p.add_argument("--candidates", type=int, default=0,
+                   help="candidate skills in the repo besides --skills (skill states filtered on every search)")
     p.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS-gateway.md")
     p.add_argument("--serve-echo", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve_echo:
         return serve_echo(args.serve_echo)
-    setup = (f"skills: {args.skills}; backend: {args.backend}; store: {'PostgreSQL' if args.pg else 'SQLite'}; "
+    setup = (f"skills: {args.skills} + {args.candidates} candidates; withhold share {args.withhold_share}; "
+             f"backend: {args.backend}; store: {'PostgreSQL' if args.pg else 'SQLite'}; "
              f"calls: {args.calls} latency, {args.stream_clients}x{args.stream_calls} streaming, "
              f"{args.memory_calls} memory; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     out = [setup]
@@ -379,7 +392,7 @@ def main() -> None:
         serve = ["skillos.cli", "serve"]
         repo_url, repo_pid = stack.enter_context(process([*serve, "skillrepo", "--host", "127.0.0.1", "--port"],
                                                          "skillrepo", {"SKILLOS_DATABASE_URL": f"sqlite:///{tmp}/repo.db"}))
-        fill_repo(repo_url, "bench", args.skills)
+        fill_repo(repo_url, "bench", args.skills, args.candidates)
         if args.backend == "echo":
             backend, backend_pid = stack.enter_context(process(["bench.bench_gateway", "--serve-echo"], "echo"))
         else:
@@ -388,7 +401,8 @@ def main() -> None:
         db = stack.enter_context(pg_database()) if args.pg else f"sqlite:///{tmp}/gateway.db"
         env = {"SKILLOS_EXECUTOR_LLM_BASE_URL": f"{backend}/v1", "SKILLOS_EXECUTOR_LLM_MODEL": backend_model,
                "SKILLOS_SKILLREPO_URL": repo_url, "SKILLOS_GATEWAY_DEFAULT_REPO": "bench",
-               "SKILLOS_GATEWAY_DATABASE_URL": db, "SKILLOS_CURATOR_URL": "http://127.0.0.1:9"}
+               "SKILLOS_GATEWAY_DATABASE_URL": db, "SKILLOS_CURATOR_URL": "http://127.0.0.1:9",
+               "SKILLOS_GATEWAY_WITHHOLD_SHARE": str(args.withhold_share)}
         gw, pid = stack.enter_context(process([*serve, "executor", "--host", "127.0.0.1", "--port"], "executor", env))
         asyncio.run(latency(gw, backend, backend_model, args.calls,
                             {"executor": pid, "skillrepo": repo_pid, "backend": backend_pid}, out))
