@@ -17,7 +17,7 @@ from services.console.render import seg
 from services.console.runs import Filters
 from services.console.serving import ConsoleService, LoginRequired, PageError
 from services.console.sessions import COOKIE, Session, session_cookie
-from skillos.protocol.skillrepo import LOG_ID_MAX, OutcomeSource, SearchMode
+from skillos.protocol.skillrepo import LOG_ID_MAX, OutcomeSource, SearchMode, SkillState
 from skillos.textguard import decimal
 
 router = APIRouter(include_in_schema=False)
@@ -41,7 +41,7 @@ async def session(request: Request, svc: Svc) -> Session:
         info = await svc.open_repo()
         if info is None:
             raise LoginRequired()
-        s = svc.sessions.create(None, info.mode, info.scope, info.prefix)
+        s = svc.sessions.create(None, info.mode, info.scope, info.prefix, info.label)
         request.state.new_session = s
     await svc.confirm(s)
     request.state.session = s
@@ -144,9 +144,10 @@ async def timeline(request: Request, repo: str, svc: Svc, user: User,
 @router.get("/repos/{repo}/skills/{name}")
 async def skill_page(request: Request, repo: str, name: str, svc: Svc, user: User,
                      version: Annotated[int | None, Query(ge=1)] = None,
-                     restored: Annotated[int | None, Query(ge=1)] = None):
+                     restored: Annotated[int | None, Query(ge=1)] = None,
+                     state_set: Annotated[SkillState | None, Query(alias="state")] = None):
     ctx = await svc.skill_page(user, repo, name, version)
-    return page(request, "skill.html", {**ctx, "restored": restored})
+    return page(request, "skill.html", {**ctx, "restored": restored, "state_set": state_set})
 
 
 @router.get("/repos/{repo}/skills/{name}/diff")
@@ -204,6 +205,37 @@ async def decide(request: Request, repo: str, pid: ProposalId, svc: Svc, user: U
 async def utility_page(request: Request, repo: str, svc: Svc, user: User,
                        source: Annotated[list[OutcomeSource] | None, Query()] = None):
     return page(request, "utility.html", await svc.utility_page(user, repo, source))
+
+
+# --- a skill's life: candidates, retired skills --------------------------------------------------
+
+@router.get("/repos/{repo}/states")
+async def states_page(request: Request, repo: str, svc: Svc, user: User,
+                      changed: Annotated[str | None, Query(max_length=64)] = None,
+                      to: SkillState | None = None):
+    ctx = await svc.states_page(user, repo)
+    return page(request, "states.html", {**ctx, "changed": changed if to else None, "to": to})
+
+
+@router.post("/repos/{repo}/skills/{name}/state")
+async def set_state(request: Request, repo: str, name: str, svc: Svc, user: User,
+                    state: Annotated[SkillState, Form()],
+                    note: Annotated[str, Form(max_length=500)] = "", csrf: Annotated[str, Form(max_length=100)] = "",
+                    back: Annotated[Literal["skill", "states"], Form()] = "skill"):
+    """A reviewer's promote (active), retire or restore (active), made with the logged-in user's own token (never
+    a token of the console's): the skill repo decides whether that token may change this repo's skill states."""
+    _same_origin(request)
+    if not user.csrf_ok(csrf):
+        raise PageError(403, "Not allowed", "the form expired or did not come from this console: reload the page")
+    if back == "states":
+        to = (f"/repos/{seg(repo)}/states", f"back to the states of {repo}")
+    else:
+        to = (f"/repos/{seg(repo)}/skills/{seg(name)}", f"back to {name}")
+    entry = await svc.set_state(user, repo, name, state, note, to)
+    if back == "states":
+        return RedirectResponse(f"/repos/{seg(repo)}/states?changed={seg(entry.name)}&to={entry.state}",
+                                status_code=303)
+    return RedirectResponse(f"/repos/{seg(repo)}/skills/{seg(name)}?state={entry.state}", status_code=303)
 
 
 # --- runs ----------------------------------------------------------------------------------------

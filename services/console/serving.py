@@ -36,6 +36,8 @@ from skillos.protocol.skillrepo import (
     OutcomeSource,
     Proposal,
     ProposedChange,
+    SkillState,
+    SkillStateEntry,
     SkillUtility,
     SkillVersion,
     TokenInfo,
@@ -145,7 +147,7 @@ class ConsoleService:
             if e.status == 401:
                 raise PageError(401, "Log in", "The skill repo does not know this token.") from None
             raise repo_error(e, "Token") from None
-        return self.sessions.create(token, me.mode, me.scope, me.prefix)
+        return self.sessions.create(token, me.mode, me.scope, me.prefix, me.label)
 
     async def confirm(self, session: Session) -> None:
         """Raise LoginRequired when the session's token no longer works (checked once a minute)."""
@@ -155,7 +157,8 @@ class ConsoleService:
             me = await self.client(session).whoami()
         except SkillRepoError as e:
             raise repo_error(e, "Token") from None
-        session.scope, session.prefix, session.checked = me.scope, me.prefix, time.monotonic()
+        session.scope, session.prefix, session.label = me.scope, me.prefix, me.label
+        session.checked = time.monotonic()
 
     def visible(self, session: Session, info: RunInfo) -> bool:
         """A token limited to a repo prefix sees the runs whose folder or run id the prefix reaches as a repo
@@ -196,9 +199,9 @@ class ConsoleService:
         if len(q) > MAX_QUERY_CHARS:
             raise PageError(400, "Query too long", f"Search with at most {MAX_QUERY_CHARS} characters.")
         try:
-            info, skills, log, repos, pending = await asyncio.gather(
+            info, skills, log, repos, pending, states = await asyncio.gather(
                 c.get_repo(repo), c.list_skills_page(repo, limit=self.page_size, after=after or None),
-                c.op_log(repo, limit=20), c.list_repos(), self.pending_count(session, repo))
+                c.op_log(repo, limit=20), c.list_repos(), self.pending_count(session, repo), c.states(repo))
             hits = await c.search(repo, q, k=20, mode=mode) if q else None
         except SkillRepoError as e:
             raise repo_error(e, "Repo") from None
@@ -206,7 +209,8 @@ class ConsoleService:
         return {"repo": info, "repo_name": repo, "skills": skills, "usage": usage, "q": q, "hits": hits, "after": after,
                 "mode": mode,
                 "forks": sorted(r.name for r in repos if r.forked_from == repo), "pending": pending,
-                "pending_shown": PENDING_SHOWN,
+                "pending_shown": PENDING_SHOWN, "states": {e.name: e for e in states},
+                "state_counts": state_counts(states),
                 "log": log, "origins": await self.origin_links(log)}
 
     async def search(self, session: Session, repo: str, q: str, mode: str = "bm25") -> dict[str, Any]:
@@ -275,8 +279,9 @@ class ConsoleService:
             by_run = {i.run_id: i.id for i in await run_in_threadpool(self.runs.list) if i.run_id}
             link = _origin_link(p.origin, by_run)
         example = render(p.example) if p.example is not None else None
+        own = session.label not in (None, "open") and p.writer == session.label
         return {"repo": repo, "p": p, "policy": policy, "changes": changes, "origin_link": link,
-                "example": example}
+                "example": example, "may_review": session.may_review(policy.reviewers), "own": own}
 
     async def decide(self, session: Session, repo: str, pid: int, approve: bool, note: str | None) -> Proposal:
         """Approve (the repo applies the batch now, as this user's write) or reject a pending proposal, with the
@@ -315,14 +320,55 @@ class ConsoleService:
         """Per skill: tasks served and withheld, the success rate of each, the difference with its 95 % interval;
         the skills whose interval lies wholly below 0 first."""
         _valid_repo(repo)
+        c = self.client(session)
         try:
-            report = await self.client(session).utility(repo, list(sources) if sources else None)
+            report, states = await asyncio.gather(c.utility(repo, list(sources) if sources else None),
+                                                  c.states(repo))
         except SkillRepoError as e:
             raise repo_error(e, "Repo") from None
         rows = utility_rows(report)
         counts = {k: sum(1 for r in rows if r.verdict == k) for k in VERDICTS}
         return {"repo": repo, "report": report, "rows": rows, "counts": counts,
-                "sources": list(sources or []), "all_sources": list(get_args(OutcomeSource))}
+                "sources": list(sources or []), "all_sources": list(get_args(OutcomeSource)),
+                "states": {e.name: e for e in states}}
+
+    # --- a skill's life: candidates, retired skills -------------------------------------------
+
+    async def states_page(self, session: Session, repo: str) -> dict[str, Any]:
+        """The repo's candidates and retired skills (and the active ones written from traffic) with who set
+        each state, when and why, beside the measured utility the policy's rules count; a reviewer's buttons."""
+        _valid_repo(repo)
+        c = self.client(session)
+        try:
+            states, policy = await asyncio.gather(c.states(repo), c.get_policy(repo))
+            report = await c.utility(repo, list(policy.utility_sources))
+        except SkillRepoError as e:
+            raise repo_error(e, "Repo") from None
+        by_state: dict[str, list[SkillStateEntry]] = {"candidate": [], "retired": [], "active": []}
+        for e in sorted(states, key=lambda e: e.updated_at.timestamp() if e.updated_at else 0.0, reverse=True):
+            by_state.setdefault(e.state, []).append(e)   # newest change first
+        by_state["active"] = [e for e in by_state["active"] if e.traffic]
+        utility = {r.u.name: r for r in utility_rows(report)}
+        return {"repo": repo, "policy": policy, "by_state": by_state, "utility": utility,
+                "may_review": session.may_review(policy.reviewers)}
+
+    async def set_state(self, session: Session, repo: str, name: str, state: SkillState, note: str | None,
+                        back: tuple[str, str]) -> SkillStateEntry:
+        """Promote (active), retire or restore (active) a skill with the user's own token: the skill repo checks
+        that it is a reviewer's (an operator, or a label in the policy's `reviewers`)."""
+        _valid_repo(repo)
+        _valid_skill(name)
+        if not session.can_write:
+            raise PageError(403, "Read-only", "This token may only read: promoting, retiring or restoring a skill "
+                                              "needs a reviewer's token (scope rw).", back=back)
+        note = (note or "").strip() or None
+        try:
+            return await self.client(session).set_state(repo, name, state, note)
+        except SkillRepoError as e:
+            err = repo_error(e, "Skill")
+            if isinstance(err, PageError):
+                err.back = back
+            raise err from None
 
     # --- skills ----------------------------------------------------------------------------------
 
@@ -352,8 +398,19 @@ class ConsoleService:
         # each worked example as the executor is shown it
         examples = [(e, render(e)) for e in (shown.examples or [])] if shown is not None else []
         used_in = await run_in_threadpool(self.runs.tasks_with_skill, repo, name, 20)
+        life, may_review = None, False
+        if not head.deleted:
+            try:
+                states, policy = await asyncio.gather(
+                    c.states(repo), c.get_policy(repo) if session.can_write else asyncio.sleep(0))
+            except SkillRepoError as e:
+                raise repo_error(e, "Skill") from None
+            life = next((e for e in states if e.name == name), None) or SkillStateEntry(
+                name=name, state="active", traffic=False)
+            may_review = policy is not None and session.may_review(policy.reviewers)
         return {"repo": repo, "name": name, "versions": versions, "head": head, "shown": shown, "view": view,
-                "examples": examples, "deleted": head.deleted, "used_in": used_in}
+                "examples": examples, "deleted": head.deleted, "used_in": used_in, "life": life,
+                "may_review": may_review}
 
     async def diff_page(self, session: Session, repo: str, name: str, a: int | None, b: int | None) -> dict[str, Any]:
         c, versions = await self._versions(session, repo, name)
@@ -499,6 +556,14 @@ def _origin_link(o: OpOrigin | None, by_run: dict[str, str]) -> str | None:
     if o.seed is not None and o.position is not None:
         return f"/runs/{by_run[o.run]}/tasks/skillos/{o.seed}/{o.position}"
     return f"/runs/{by_run[o.run]}"
+
+
+def state_counts(states: list[SkillStateEntry]) -> dict[str, int]:
+    """Skills per state among those with one (candidate, retired; active: written from traffic)."""
+    out = {"candidate": 0, "retired": 0, "active": 0}
+    for e in states:
+        out[e.state] = out.get(e.state, 0) + 1
+    return out
 
 
 def touched(p: Proposal) -> list[tuple[str, str]]:

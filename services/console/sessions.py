@@ -33,6 +33,7 @@ class Session:
     mode: str                  # the skill repo's auth mode: open | tokens
     scope: str                 # read | rw
     prefix: str | None         # repos the token reaches (None: all)
+    label: str | None = None   # the token's label as the skill repo knows it (None: a repo that does not say)
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     expires: float = 0.0
     checked: float = 0.0       # when the token was last confirmed with the skill repo
@@ -40,6 +41,19 @@ class Session:
     @property
     def can_write(self) -> bool:
         return self.scope == "rw"
+
+    @property
+    def operator(self) -> bool:
+        """An rw token without a repo prefix (an operator's): a reviewer of every repo."""
+        return self.scope == "rw" and self.prefix is None
+
+    def may_review(self, reviewers: list[str] | None) -> bool:
+        """Whether the skill repo would let this token decide proposals and change skill states of a repo whose
+        policy names ``reviewers``: to show the forms or not. The repo still judges every POST (a label the
+        repo does not say is given the benefit of the doubt: the form shows, the repo answers)."""
+        if not self.can_write:
+            return False
+        return self.operator or self.label is None or self.label in (reviewers or [])
 
     def csrf_ok(self, value: str | None) -> bool:
         return bool(value) and hmac.compare_digest(self.csrf.encode(), str(value).encode())
@@ -51,9 +65,10 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def create(self, token: str | None, mode: str, scope: str, prefix: str | None) -> Session:
+    def create(self, token: str | None, mode: str, scope: str, prefix: str | None,
+               label: str | None = None) -> Session:
         now = time.monotonic()
-        s = Session(id=secrets.token_urlsafe(32), token=token, mode=mode, scope=scope, prefix=prefix,
+        s = Session(id=secrets.token_urlsafe(32), token=token, mode=mode, scope=scope, prefix=prefix, label=label,
                     expires=now + self.ttl_s, checked=now)
         with self._lock:
             if len(self._sessions) >= self.max_sessions:

@@ -124,9 +124,10 @@ def _etag(response: Response, version: int) -> None:
     response.headers["ETag"] = f'"{version}"'
 
 
-@router.get("/whoami", response_model=TokenInfo, summary="What the caller's token may do (scope, repo prefix)")
+@router.get("/whoami", response_model=TokenInfo,
+            summary="What the caller's token may do (scope, repo prefix) and its label")
 async def whoami(request: Request, auth: Auth) -> TokenInfo:
-    return TokenInfo(mode=request.app.state.auth.mode, scope=auth.scope, prefix=auth.prefix)
+    return TokenInfo(mode=request.app.state.auth.mode, scope=auth.scope, prefix=auth.prefix, label=auth.token_label)
 
 
 # --- repos ---

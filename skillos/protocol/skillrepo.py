@@ -268,6 +268,9 @@ class TokenInfo(BaseModel):
     mode: Literal["open", "tokens"]
     scope: Literal["read", "rw"]
     prefix: str | None = Field(None, description="the token only reaches repos whose name starts with this")
+    label: str | None = Field(None, description=(
+        "the token's label (SKILLOS_AUTH_TOKENS; `token#<n>` without one, `open` in open mode): the op log's "
+        "writer, and what a repo policy's `reviewers` and `trusted_writers` name"))
 
 
 # --- review ------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The console in a real browser: Debian's headless Chromium driven by Playwright (no browser download).
 
 Log in, list repos, search as you type, open a skill, a diff, restore a version, open a run and a task,
-watch a run in progress advance, a skill whose body holds script that must not run, and a reviewer approving a
-proposal (its diff holding script) and reading the repo's measured utility. With
+watch a run in progress advance, a skill whose body holds script that must not run, a reviewer approving a
+proposal (its diff holding script) and reading the repo's measured utility, and a reviewer promoting a candidate
+from the repo's states page. With
 SKILLOS_CONSOLE_SCREENSHOTS=<dir> the main pages are saved there (docs/img holds the README's).
 In CI (CI=true) a missing chromium or playwright fails these tests; elsewhere they are skipped.
 """
@@ -265,3 +266,44 @@ def test_a_reviewer_approves_in_the_browser_and_reads_the_utility(tab, stack):
     assert page.locator("#utility tbody tr").first.get_attribute("data-skill") == "cool-apple"
     assert page.locator("#utility tbody tr").first.get_attribute("data-verdict") == "worse"
     tab.shot("utility")
+
+
+def test_a_reviewer_promotes_a_candidate_from_the_states_page(tab, stack):
+    """In a repo with candidates on, what the writer's op batches wrote shows as candidates (one deleted: retired,
+    with a note holding markup); the reviewer reads the states beside the measured utility and promotes one."""
+    repo = "rev-life"
+    admin = stack.admin
+    admin.create_repo(repo, policy={"candidates": True, "reviewers": ["rev-lead"]})
+    admin.put_skill(repo, skill_md("heat-mug", "Heat a mug in the microwave", "1. take the mug\n2. heat it"))
+    with SkillRepoClient(stack.repo_url, token=TOKENS["writer"]) as writer:
+        for name, desc, body in (("rinse-glass", "Rinse a glass in the sinkbasin", "1. go to the sinkbasin\n2. rinse"),
+                                 ("slice-bread", "Slice bread with a knife", "1. take the knife\n2. slice the bread"),
+                                 ("toast-bread", "Toast bread in the toaster", "1. put the bread in the toaster")):
+            writer.apply_ops(repo, [{"name": "new_skill_insert",
+                                     "arguments": {"skill_name": name, "content": skill_md(name, desc, body)}}])
+        writer.apply_ops(repo, [{"name": "skill_delete", "arguments": {"skill_name": "toast-bread"}}])
+    admin.set_state(repo, "toast-bread", "retired", note='burns it <img src=x onerror="window.__xss=\'note\'">')
+    n = 0
+    for name, served, won, withheld, withheld_won in (("rinse-glass", 14, 12, 6, 2), ("slice-bread", 5, 2, 3, 2)):
+        for arm, tasks, wins in (("served", served, won), ("withheld", withheld, withheld_won)):
+            for i in range(tasks):
+                n += 1
+                admin.record_outcome(repo, f"trj-l{n}", i < wins, "judge", **{arm: [name]})
+
+    page = tab.page
+    tab.login(TOKENS["lead"])
+    tab.go(f"/repos/{repo}")
+    assert page.locator('#skill-table tr[data-skill="rinse-glass"] .life.candidate').is_visible()
+    page.locator("#states-link").click()
+    page.wait_for_selector("#states-candidate")
+    assert page.locator("#states-candidate tbody tr").count() == 2
+    assert "burns it <img" in page.locator('#states-retired tr[data-skill="toast-bread"]').inner_text()
+    assert page.evaluate("window.__xss") is None
+    row = page.locator('#states-candidate tr[data-skill="rinse-glass"]')
+    row.locator('input[name="note"]').fill("helps: +33 points")
+    tab.shot("states")
+    row.locator('button[data-set-state="active"]').click()
+    page.wait_for_selector("#state-set")
+    assert page.locator('#states-active tr[data-skill="rinse-glass"]').is_visible()
+    assert admin.get_skill(repo, "rinse-glass").state == "active"
+    assert next(e for e in admin.states(repo) if e.name == "rinse-glass").reason == "helps: +33 points"

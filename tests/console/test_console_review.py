@@ -1,7 +1,9 @@
-"""The console's review and utility pages against a real skill repo with tokens: a curator op batch waits in a
-repo with review on, a reviewer approves it through the console with their own token (the session's), the
+"""The console's review, utility and states pages against a real skill repo with tokens: a curator op batch waits in
+a repo with review on, a reviewer approves it through the console with their own token (the session's), the
 writer's token, a read token, another rw token and no login are refused; the utility page shows the numbers
-posted through POST /v1/repos/{repo}/outcomes, the skills whose interval lies below 0 first."""
+posted through POST /v1/repos/{repo}/outcomes, the skills whose interval lies below 0 first; in a repo with
+candidates on, what an op batch writes shows as a candidate, a reviewer promotes, retires and restores it through
+the console (the repo refuses everyone else), and the forms show only to tokens the repo would let decide."""
 # ruff: noqa: F811 - pytest fixtures imported from console_fixtures are redefined as parameters
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.slow
 T = 60
 KITCHEN = "rev-kitchen"
 UTIL = "rev-utility"
+STATES = "rev-states"
 
 
 def _insert(name: str, body: str) -> dict:
@@ -119,9 +122,12 @@ def test_only_a_reviewers_own_token_decides(stack, proposals):
     r = _decide(writer, pid, "approve")
     assert r.status_code == 403 and "written with this token" in r.text
     assert f'href="/repos/{KITCHEN}/review/{pid}"' in r.text      # back to the proposal
+    assert 'id="decide"' not in writer.get(f"/repos/{KITCHEN}/review/{pid}").text   # the form is not offered
     # an rw token of the repo that the policy does not name
     other = login(stack.url, TOKENS["other"])
-    assert other.get(f"/repos/{KITCHEN}/review/{pid}").status_code == 200   # reads it (rw) ...
+    page = other.get(f"/repos/{KITCHEN}/review/{pid}")
+    assert page.status_code == 200                                          # reads it (rw) ...
+    assert 'id="decide"' not in page.text and 'id="not-a-reviewer"' in page.text and "rev-other" in page.text
     r = _decide(other, pid, "approve")
     assert r.status_code == 403 and "may not decide" in r.text             # ... does not decide it
     assert pending()
@@ -229,3 +235,158 @@ def test_a_repo_without_outcomes_says_so(stack, outcomes):
     c = login(stack.url, TOKENS["admin"])
     page = c.get(f"/repos/{KITCHEN}/utility")
     assert page.status_code == 200 and 'id="no-outcomes"' in page.text
+
+
+# --- a skill's life: candidates, retired skills ----------------------------------------------------
+
+def _set_state(c: httpx.Client, name: str, state: str, note: str = "", back: str = "skill", csrf: str | None = None,
+               **kw) -> httpx.Response:
+    page = c.get(f"/repos/{STATES}/skills/{name}")
+    token = csrf if csrf is not None else csrf_of(page.text)
+    return c.post(f"/repos/{STATES}/skills/{name}/state",
+                  data={"state": state, "note": note, "csrf": token, "back": back}, **kw)
+
+
+def _state_rows(html: str, section: str) -> dict[str, str]:
+    table = re.search(rf'<table class="grid states" id="states-{section}">(.*?)</table>', html, re.DOTALL)
+    if table is None:
+        return {}
+    return dict(re.findall(r'<tr data-skill="([^"]+)" data-state="\w+"[^>]*>(.*?)</tr>', table.group(1), re.DOTALL))
+
+
+@pytest.fixture(scope="module")
+def candidates(stack):
+    """A repo with candidates on (reviewers: rev-lead): a person's skill, and the writer's op batches: dry-cup stays
+    a candidate (with outcomes), stack-plates is deleted by a later batch (retired)."""
+    admin = stack.admin
+    admin.create_repo(STATES, policy={"candidates": True, "reviewers": ["rev-lead"]})
+    admin.put_skill(STATES, skill_md("wipe-table", "wipe-table d", "1. take the cloth\n2. wipe the table"))
+    with SkillRepoClient(stack.repo_url, token=TOKENS["writer"]) as writer:
+        first = writer.apply_ops(STATES, [_insert("dry-cup", "1. take the cup\n2. dry it with the cloth"),
+                                          _insert("stack-plates", "1. stack the plates")])
+        second = writer.apply_ops(STATES, [{"name": "skill_delete", "arguments": {"skill_name": "stack-plates"}}])
+    assert first.applied and second.applied
+    for i in range(4):
+        admin.record_outcome(STATES, f"trj-s{i}", i < 3, "judge", served=["dry-cup"])
+    for i in range(4):
+        admin.record_outcome(STATES, f"trj-w{i}", i < 1, "judge", withheld=["dry-cup"])
+    assert admin.get_skill(STATES, "dry-cup").state == "candidate"
+    assert admin.get_skill(STATES, "stack-plates").state == "retired"
+    return admin
+
+
+def test_candidates_and_retired_skills_show_with_who_when_and_why(stack, candidates):
+    admin = candidates
+    lead = login(stack.url, TOKENS["lead"])
+    repo = lead.get(f"/repos/{STATES}")
+    assert repo.status_code == 200
+    rows = dict(re.findall(r'<tr data-skill="([^"]+)" data-state="(\w+)"', repo.text))
+    assert rows == {"dry-cup": "candidate", "stack-plates": "retired", "wipe-table": "active"}
+    cells = dict(re.findall(r'<tr data-skill="([^"]+)"[^>]*>\s*<td>(.*?)</td>', repo.text, re.DOTALL))
+    assert 'class="life candidate"' in cells["dry-cup"] and "from traffic" in cells["dry-cup"]
+    assert 'class="life retired"' in cells["stack-plates"]
+    assert "life" not in cells["wipe-table"]                 # a person's active skill: no badge
+    assert re.search(r'id="states-link"[^>]*>States: <b>1</b> candidate, <b>1</b> retired', repo.text)
+
+    page = lead.get(f"/repos/{STATES}/states")
+    assert page.status_code == 200
+    cand, retired = _state_rows(page.text, "candidate"), _state_rows(page.text, "retired")
+    assert list(cand) == ["dry-cup"] and list(retired) == ["stack-plates"]
+    assert "rev-writer" in cand["dry-cup"] and "written by an op batch" in cand["dry-cup"]
+    assert "4 / 4" in cand["dry-cup"]                                           # served / withheld (judge)
+    assert "+50.0" in cand["dry-cup"]                                           # 75 % - 25 %
+    assert "rev-writer" in retired["stack-plates"] and "skill_delete" in retired["stack-plates"]
+    assert 'data-set-state="active"' in cand["dry-cup"] and 'data-set-state="retired"' in cand["dry-cup"]
+    assert re.search(r'data-set-state="active"[^>]*>Restore', retired["stack-plates"])
+    assert "wipe-table" not in page.text                      # a person's skill has no state of its own
+    assert "rev-lead" in page.text and TOKENS["lead"] not in page.text
+
+    skill = lead.get(f"/repos/{STATES}/skills/dry-cup")
+    assert 'id="life" data-state="candidate"' in skill.text and "written from traffic" in skill.text
+    assert 'data-life-form="dry-cup"' in skill.text and ">Promote<" in skill.text
+
+    utility = lead.get(f"/repos/{STATES}/utility")
+    assert re.search(r'data-skill="dry-cup"[^>]*>\s*<td>.*?</td>\s*<td class="state" data-state="candidate">',
+                     utility.text, re.DOTALL)
+
+    # a read token reads the states, without the forms
+    viewer = login(stack.url, TOKENS["viewer"])
+    for path in (f"/repos/{STATES}/states", f"/repos/{STATES}/skills/dry-cup"):
+        r = viewer.get(path)
+        assert r.status_code == 200 and "data-life-form" not in r.text and 'id="not-a-reviewer"' not in r.text
+    # an rw token the policy does not name: no forms, and why
+    writer = login(stack.url, TOKENS["writer"])
+    for path in (f"/repos/{STATES}/states", f"/repos/{STATES}/skills/dry-cup"):
+        r = writer.get(path)
+        assert r.status_code == 200 and "data-life-form" not in r.text
+        assert 'id="not-a-reviewer"' in r.text and "rev-writer" in r.text
+    # an operator (rw, no prefix) is a reviewer of every repo
+    op = login(stack.url, TOKENS["admin"])
+    assert 'data-life-form="dry-cup"' in op.get(f"/repos/{STATES}/skills/dry-cup").text
+    assert admin.get_skill(STATES, "dry-cup").state == "candidate"
+
+
+def test_a_reviewer_promotes_retires_and_restores_with_their_own_token(stack, candidates):
+    admin = candidates
+
+    def state() -> str:
+        return admin.get_skill(STATES, "dry-cup").state
+
+    anon = httpx.Client(base_url=stack.url, timeout=T)
+    r = anon.post(f"/repos/{STATES}/skills/dry-cup/state", data={"state": "active", "csrf": "x"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    viewer = login(stack.url, TOKENS["viewer"])
+    r = _set_state(viewer, "dry-cup", "active")
+    assert r.status_code == 403 and "read" in r.text.lower()
+    # rw tokens of the repo the policy does not name: the repo refuses, the console shows why with a way back
+    for who in ("writer", "other"):
+        c = login(stack.url, TOKENS[who])
+        r = _set_state(c, "dry-cup", "active", note="mine is fine")
+        assert r.status_code == 403 and "may not change the states" in r.text, who
+        assert f'href="/repos/{STATES}/skills/dry-cup" id="back"' in r.text
+    assert state() == "candidate"
+
+    lead = login(stack.url, TOKENS["lead"])
+    assert _set_state(lead, "dry-cup", "active", csrf="forged").status_code == 403
+    assert _set_state(lead, "dry-cup", "active", headers={"Origin": "http://evil.test"}).status_code == 403
+    assert _set_state(lead, "dry-cup", "served").status_code == 400
+    assert _set_state(lead, "dry-cup", "active", back="http://evil.test").status_code == 400
+    assert state() == "candidate"
+    assert "dry-cup" not in [h.name for h in admin.search(STATES, "dry the cup")]   # a candidate: not served
+
+    # promote, with a note: served to every caller, logged as the reviewer's write
+    r = _set_state(lead, "dry-cup", "active", note="helps in 3 of 4")
+    assert r.status_code == 303 and r.headers["location"] == f"/repos/{STATES}/skills/dry-cup?state=active"
+    page = lead.get(r.headers["location"])
+    assert 'id="state-set"' in page.text and 'id="life" data-state="active"' in page.text
+    assert "helps in 3 of 4" in page.text and "rev-lead" in page.text
+    assert state() == "active"
+    entry = next(e for e in admin.states(STATES) if e.name == "dry-cup")
+    assert (entry.state, entry.updated_by, entry.reason, entry.traffic) == ("active", "rev-lead", "helps in 3 of 4",
+                                                                            True)
+    log = admin.op_log(STATES).entries[0]
+    assert (log.kind, log.writer) == ("state", "rev-lead")
+    assert "dry-cup" in [h.name for h in admin.search(STATES, "dry the cup")]
+
+    # retire from the states page: back there, the skill under Retired
+    r = _set_state(lead, "dry-cup", "retired", note="superseded", back="states")
+    assert r.status_code == 303 and r.headers["location"] == f"/repos/{STATES}/states?changed=dry-cup&to=retired"
+    page = lead.get(r.headers["location"])
+    assert 'id="state-set"' in page.text and "superseded" in _state_rows(page.text, "retired")["dry-cup"]
+    assert state() == "retired"
+    assert "dry-cup" not in [h.name for h in admin.search(STATES, "dry the cup")]
+
+    # restore: served again
+    r = _set_state(lead, "dry-cup", "active", note="back")
+    assert r.status_code == 303 and state() == "active"
+    # and a person's skill: retired by a reviewer, restored to a plain person's skill
+    assert _set_state(lead, "wipe-table", "retired").status_code == 303
+    assert admin.get_skill(STATES, "wipe-table").state == "retired"
+    assert _set_state(lead, "wipe-table", "active").status_code == 303
+    assert admin.get_skill(STATES, "wipe-table").state == "active"
+
+    # a skill the repo does not have: its 404, with the way back
+    home = lead.get(f"/repos/{STATES}/states")
+    r = lead.post(f"/repos/{STATES}/skills/no-such-skill/state",
+                  data={"state": "retired", "csrf": csrf_of(home.text), "back": "states"})
+    assert r.status_code == 404 and f'href="/repos/{STATES}/states" id="back"' in r.text

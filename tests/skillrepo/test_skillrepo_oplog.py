@@ -105,7 +105,7 @@ def test_skill_pages_causes_and_repo_change_time(client, repo, repo_service):
 
 def test_whoami_open_mode(client):
     me = client.whoami()
-    assert (me.mode, me.scope, me.prefix) == ("open", "rw", None)
+    assert (me.mode, me.scope, me.prefix, me.label) == ("open", "rw", None, "open")
 
 
 def test_whoami_and_op_log_with_tokens(tmp_path):
@@ -114,9 +114,10 @@ def test_whoami_and_op_log_with_tokens(tmp_path):
     with run_service(["skillrepo"], env=env, tmp_path=tmp_path) as svc:
         with SkillRepoClient(svc.url, token="admin") as admin, SkillRepoClient(svc.url, token="viewer") as viewer, \
                 SkillRepoClient(svc.url, token="curator-t") as curator:
-            assert admin.whoami().scope == "rw"
+            assert (admin.whoami().scope, admin.whoami().label) == ("rw", "token#1")
             me = viewer.whoami()
-            assert (me.mode, me.scope, me.prefix) == ("tokens", "read", "team-")
+            assert (me.mode, me.scope, me.prefix, me.label) == ("tokens", "read", "team-", "token#2")
+            assert curator.whoami().label == "curator-1"   # what a policy's reviewers name
             admin.create_repo("team-a")
             admin.create_repo("other")
             admin.apply_ops("team-a", [_insert("x-skill")])
