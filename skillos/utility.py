@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 Z95 = 1.959963984540054
+Z99 = 2.5758293035489004
 
 
 def wilson(wins: int, n: int, z: float = Z95) -> tuple[float, float]:

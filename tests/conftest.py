@@ -32,6 +32,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 os.environ.setdefault("SKILLOS_LLM_MODEL", "smollm2-135m-instruct")
 # tests that count on a skill being served get it every time; the utility tests withhold on purpose
 os.environ.setdefault("SKILLOS_GATEWAY_WITHHOLD_SHARE", "0")
+# the suite's gateways curate into repos operators made without a policy, as before the gate; the default (off:
+# such a repo learns nothing from traffic) is tested on its own (tests/security/test_poisoning_through_the_gateway.py)
+os.environ.setdefault("SKILLOS_GATEWAY_LEARN_UNGATED", "true")
 
 PG_ADMIN_URL = os.environ.get("SKILLOS_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SKILLOS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -8,9 +8,11 @@ embedded LLM; a trajectory is opened by one chat call through it), with tokens o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -383,3 +385,29 @@ def test_unknown_transport_is_refused():
     proc = subprocess.run([sys.executable, "-m", "skillos.cli", "serve", "mcp", "--transport", "sse"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "unknown transport 'sse': use stdio or http" in proc.stderr
+
+
+def test_candidates_and_retired_skills_are_not_given_to_agents(skillrepo, executor):
+    """A skill written from traffic and not promoted (a candidate), or retired, is not served through MCP either:
+    not searched, not listed, not in the index, and a read by its name says why."""
+    repo = f"mcp-{uuid.uuid4().hex[:6]}"
+    doc = "---\nname: heat-the-mug\ndescription: heat a mug in the microwave\n---\n1. heat it"
+    with SkillRepoClient(skillrepo) as rc:
+        rc.create_repo(repo, {"candidates": True})
+        rc.apply_ops(repo, [{"name": "new_skill_insert", "arguments": {"skill_name": "heat-the-mug", "content": doc}}])
+        rc.insert_skill(repo, "---\nname: cool-the-mug\ndescription: cool a mug in the fridge\n---\n1. cool it")
+        rc.set_state(repo, "cool-the-mug", "retired")
+
+    async def scenario():
+        async with connect("stdio", env=mcp_env(skillrepo, executor.url)) as c:
+            found = await c.call_tool("search_skills", {"query": "heat cool a mug", "k": 5, "repo": repo})
+            assert found.structured_content["skills"] == [], found.structured_content
+            for name, state in (("heat-the-mug", "candidate"), ("cool-the-mug", "retired")):
+                got = await c.call_tool("get_skill", {"name": name, "repo": repo})
+                assert got.is_error and f"is {state}" in text_of(got), text_of(got)
+                with pytest.raises(Exception, match=state):
+                    await c.read_resource(f"skill://{repo}/{name}")
+            index = await c.read_resource(f"skills://{repo}")
+            assert json.loads(index.contents[0].text)["skills"] == []
+
+    anyio.run(scenario)

@@ -117,12 +117,13 @@ class Curator:
         """The repo port of one curation: its batch says, from this service's side, which model curated it,
         whose token asked, and the trajectory and outcome source that asker gave."""
         caller = current_caller()
+        vouched = caller is None or caller.operator   # a tenant's own claims are not this service's to vouch for
         return RepoForCuration(self.repo, {
             "curator_model": self.llm.model, "requested_by": caller.token_label if caller is not None else None,
-            "trajectory": req.origin.trajectory if req.origin else None,
+            "trajectory": req.origin.trajectory if req.origin and vouched else None,
             # the curation wire says "env" where the skill repo's outcome sources say "environment"
-            "outcome_source": {"env": "environment"}.get(req.outcome.source, req.outcome.source) if req.outcome
-                              else None})
+            "outcome_source": {"env": "environment"}.get(req.outcome.source, req.outcome.source)
+                              if req.outcome and vouched else None})
 
     # --- content judge --------------------------------------------------------------------------
 

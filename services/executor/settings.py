@@ -79,6 +79,10 @@ class ExecutorSettings(ActingSettings, InboundAuthSettings):
     # exploration share only) until promoted, and op batches change only skills written from traffic; with
     # review on too, an approved batch's skills are active at once (`docs/security.md`, "A skill's life")
     gateway_candidates_new_repos: bool = True
+    # curate traffic into a repo whose policy has neither review nor candidates (the shared default repo, repos
+    # made through REST, unless an operator set a policy): what one caller teaches is then served to every
+    # caller of the repo at once. Off: such trajectories end `failed` with the reason, their outcome counted
+    gateway_learn_ungated: bool = False
     # the chance that a matching candidate skill is served to a new task (each independently); the tasks it
     # matched and was not served in are its utility's control arm. 0: candidates are never served
     gateway_explore_share: float = Field(0.1, ge=0, le=1)

@@ -54,6 +54,11 @@ RepoArg = Annotated[str | None, Field(max_length=128, pattern=REPO_NAME_PATTERN,
                                       description="the skill repo (default: the server's default repo)")]
 
 
+def _not_served(repo: str, skill) -> str:
+    """Why a candidate or retired skill is not given to an agent (the repo's search does not serve it either)."""
+    return (f"skill {skill.name!r} of {repo!r} is {skill.state}: it is not served to agents (written from traffic "
+            "and not promoted, or retired); a reviewer promotes it (skillos repo promote)")
+
 def skill_uri(repo: str, name: str) -> str:
     return f"skill://{repo}/{name}"
 
@@ -187,6 +192,8 @@ class SkillOSMCP:
             skill = await self._client(headers).get_skill(repo, name)
         except SkillRepoError as e:
             raise self.tool_error(e) from None
+        if skill.state != "active":
+            raise ToolError(_not_served(repo, skill))
         return {"repo": repo, "name": skill.name, "description": skill.description, "version": skill.version,
                 "metadata": skill.metadata, "uri": skill_uri(repo, skill.name), "content": skill.content}
 
@@ -221,11 +228,14 @@ class SkillOSMCP:
     # --------------------------------------------------------------------------------------- resources
     async def read_skill(self, repo: str, name: str, headers: Any) -> str:
         try:
-            return (await self._client(headers, ResourceError).get_skill(repo, name)).content
+            skill = await self._client(headers, ResourceError).get_skill(repo, name)
         except SkillRepoError as e:
             if e.status == 404:
                 raise ResourceNotFoundError(self._repo_message(e)) from None
             raise ResourceError(self._repo_message(e)) from None
+        if skill.state != "active":
+            raise ResourceNotFoundError(_not_served(repo, skill))
+        return skill.content
 
     async def repo_index(self, repo: str, headers: Any) -> str:
         try:
@@ -236,7 +246,7 @@ class SkillOSMCP:
             raise ResourceError(self._repo_message(e)) from None
         return json.dumps({"repo": repo, "skills": [
             {"name": s.name, "description": s.description, "version": s.version, "uri": skill_uri(repo, s.name)}
-            for s in skills]}, ensure_ascii=False)
+            for s in skills if s.state == "active"]}, ensure_ascii=False)
 
     async def list_skill_resources(self, headers: Any, cursor: str | None,
                                    static: list[MCPResource]) -> ListResourcesResult:
@@ -256,7 +266,7 @@ class SkillOSMCP:
             raise MCPError(code=code, message=self._repo_message(e)) from None
         resources = [MCPResource(uri=skill_uri(repo, s.name), name=s.name, title=s.name,
                                  description=s.description, mime_type="text/markdown")
-                     for s in page.skills]
+                     for s in page.skills if s.state == "active"]
         return ListResourcesResult(resources=(static if not cursor else []) + resources,
                                    next_cursor=page.next_after)
 

@@ -181,9 +181,13 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
         target = _unpinned(normalize_name(new_name) if new_name else name, pinned)
         if target != name and tx.exists(target):
             raise Refused("skill_exists", f"cannot rename {name!r} to {target!r}: that skill already exists", name)
+        text_changed = True
         if new_content is not None:
             doc = _scanned(skill_from_call(target, new_content, max_body_bytes=max_body_bytes), scan)
             kept = tx.examples(name)
+            if life is not None:   # an update that only adds a worked example keeps the skill's state
+                cur = tx.get(name)
+                text_changed = (doc.description, doc.body, doc.metadata) != (cur.description, cur.body, cur.metadata)
         else:
             cur = tx.get(name)
             doc = _scanned(SkillDoc(target, cur.description, cur.body, cur.metadata), scan)   # the new name too
@@ -198,8 +202,8 @@ def _apply_one(tx: WriteTx, op: Op, max_body_bytes: int, example: WorkedExample 
             return target, version, f"renamed from {name!r}", verdict
         before = tx.head(name)[0]
         version = tx.put(doc, "update")
-        if life is not None and version != before:
-            life.wrote(name)   # new content earns its place again
+        if life is not None and version != before and text_changed:
+            life.wrote(name)   # new text earns its place again
         return name, version, "updated" if version != before else "unchanged: same content", verdict
     except SkillFormatError as e:
         raise Refused(e.code, e.message, args.get("skill_name") if isinstance(args.get("skill_name"), str)

@@ -189,6 +189,12 @@ class BlobTexts:
         return out
 
 
+def _rewritten(tx) -> list[str]:
+    """The skills a REST write changed (a new version): they are a person's now, their states cleared. A write
+    that changes nothing (the same text put back, an archive of the repo imported into it) keeps them."""
+    return sorted({c.name for c in tx.changes})
+
+
 def repo_out(r: RepoRow) -> Repo:
     return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
                 updated_at=r.updated_at)
@@ -340,7 +346,7 @@ class SkillRepoService:
                 raise APIError(409, "skill_exists", f"skill {doc.name!r} already exists in repo {repo!r}: "
                                                     f"change it with PUT /v1/repos/{repo}/skills/{doc.name}")
             tx.put(doc, "insert")
-            states.clear(tx.conn, tx.repo.id, [doc.name])   # a person's skill now
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # a person's skill now
             skill = tx.get(doc.name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -356,7 +362,7 @@ class SkillRepoService:
             self._check_precondition(tx, repo, name, if_match)
             created = not tx.exists(name)
             tx.put(doc, "put", keep_examples=True)  # a document says nothing of the examples: they stay
-            states.clear(tx.conn, tx.repo.id, [name])       # a person's skill now
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # a person's skill now (if its text changed)
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill), created
@@ -384,7 +390,7 @@ class SkillRepoService:
                 raise SkillNotFound(repo, name)
             self._check_precondition(tx, repo, name, if_match)
             tx.delete(name, "delete")
-            states.clear(tx.conn, tx.repo.id, [name])
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
         self._committed(tx.repo, tx.changes)
 
     def _version_out(self, v: VersionRow, content: bool) -> SkillVersion:
@@ -421,7 +427,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("restore", origin=json.dumps(origin) if origin else None)
             tx.put_hash(name, target.blob_hash, "restore")
-            states.clear(tx.conn, tx.repo.id, [name])
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -447,7 +453,7 @@ class SkillRepoService:
                 tx.put_examples(skill, examples, "example")
                 skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
-        return ExampleResult(skill=skill_out(skill), result=verdict)
+        return ExampleResult(skill=skill_out(skill, self.lifecycle.state_of(repo, name)), result=verdict)
 
     @_answers_api_errors
     def delete_example(self, repo: str, name: str, example_id: str) -> None:
@@ -478,31 +484,47 @@ class SkillRepoService:
         if found is None:
             raise http_error(RepoNotFound(repo))
         hidden = self.lifecycle.hidden(found[0], found[2])
-        found, asked = found[:2], k
-        k += len(hidden)   # the index ranks every skill: enough more that k served ones remain
+        found = found[:2]
         idx = self.indexes.get(*found)
         if idx is None:
             raise APIError(404, "repo_not_found", f"repo {repo!r} does not exist")
         if mode == "bm25":
-            ranked = idx.search(tokenize(query), k)
+            rank = lambda n: idx.search(tokenize(query), n)
         else:
-            pool = k if mode == "dense" else max(POOL, 4 * k)
             try:
                 qvec = self.dense.encoder.encode_query(query)
-                by_meaning = self.dense.search(found[0], idx, qvec, pool)
             except DenseUnavailable as e:
                 raise APIError(503, "dense_unavailable", f"dense search cannot run on this server: {e}") from e
-            ranked = by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, k)
-        if hidden:
-            served = [r for r in ranked if r[0] not in hidden][:asked]
-            explored = [r for r in ranked if hidden.get(r[0]) == "candidate"][:asked] if candidates else []
-            ranked = served + explored
+
+            def rank(n: int) -> list:
+                pool = n if mode == "dense" else max(POOL, 4 * n)
+                try:
+                    by_meaning = self.dense.search(found[0], idx, qvec, pool)
+                except DenseUnavailable as e:
+                    raise APIError(503, "dense_unavailable", f"dense search cannot run on this server: {e}") from e
+                return by_meaning if mode == "dense" else fuse(idx.search(tokenize(query), pool), by_meaning, n)
+        ranked = self._served(rank, k, hidden, candidates) if hidden else rank(k)
         texts = self.texts.get([payload[1] for _, _, payload in ranked])
         hits = [SearchHit(name=name, score=round(score, 6), description=texts[payload[1]][0], version=payload[0],
                           body=texts[payload[1]][1], examples=texts[payload[1]][2],
                           state=hidden.get(name, "active")) for name, score, payload in ranked]
         SEARCH_LATENCY.labels(mode).observe(time.perf_counter() - start)
         return hits
+
+    @staticmethod
+    def _served(rank, k: int, hidden: dict[str, str], candidates: bool) -> list:
+        """The top k active hits of ``rank(n)`` (the top n of every skill), then with ``candidates`` up to k
+        candidates: asking for twice as many while hidden skills crowd the top (one ranking where few do; the
+        index's fast path holds only while n stays small against the repo, so never all of it at once)."""
+        n, total = 2 * k, len(hidden)
+        while True:
+            ranked = rank(n)
+            served = [r for r in ranked if r[0] not in hidden][:k]
+            explored = [r for r in ranked if hidden.get(r[0]) == "candidate"][:k] if candidates else []
+            # done: enough of both, or the ranking ran out (fewer than n matched), or no hidden skill is left out
+            if (len(served) >= k and (not candidates or len(explored) >= k)) or len(ranked) < n or n >= k + total:
+                return served + explored
+            n = min(2 * n, k + total)
 
     def index_status(self, repo: str) -> IndexStatus:
         """This replica's index of ``repo`` as it is now (not caught up first) and the database's seq."""
@@ -560,6 +582,8 @@ class SkillRepoService:
                         undo()
             if waits is None:
                 result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
+                if life is None:   # candidates off: what the batch wrote is plain active, whatever it was before
+                    states.clear(tx.conn, tx.repo.id, _rewritten(tx))
             if req.idempotency_key:
                 tx.remember_answer(req.idempotency_key, request_hash, result.model_dump_json())
             tx.log_as("ops" if result.proposal is None else "proposal",
@@ -670,14 +694,12 @@ class SkillRepoService:
             # replace: the repo becomes the archive, examples included; else a folder without examples/ says
             # nothing of them, and the skill keeps its own
             tx.put_many(docs, "import", blobs, keep_examples=not replace)
-            gone: list[str] = []
             if replace:
                 keep = {d.name for d in docs}
                 for name, (_, blob_hash) in tx.all_heads().items():
                     if blob_hash is not None and name not in keep:
                         tx.delete(name, "import")
-                        gone.append(name)
-            states.clear(tx.conn, tx.repo.id, [d.name for d in docs] + gone)
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
         self._committed(tx.repo, tx.changes)
         return ImportResult(imported=[d.name for d in docs], seq=tx.repo.seq)
 
@@ -722,7 +744,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("import")
             tx.put_many(docs, "import", blobs, keep_examples=True)  # a line cannot give examples: they stay
-            states.clear(tx.conn, tx.repo.id, [d.name for d in docs])
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
         self._committed(tx.repo, tx.changes)
         return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 
@@ -747,6 +769,6 @@ class SkillRepoService:
                     tx.delete(name, "restore")
             for name, blob_hash in target.items():
                 tx.put_hash(name, blob_hash, "restore")
-            states.clear(tx.conn, tx.repo.id, sorted({c.name for c in tx.changes}))  # what it rewrote is a person's
+            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # what it rewrote is a person's
         self._committed(tx.repo, tx.changes)
         return repo_out(self.store.get_repo(repo))

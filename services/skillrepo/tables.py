@@ -189,4 +189,7 @@ skill_states = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("updated_by", String(64), nullable=True),  # a token's label, or "policy"
     Column("reason", Text, nullable=True),
+    # when an op batch last wrote its text: the policy's rule counts only outcomes since (earlier ones were
+    # another text's under the same name)
+    Column("since", DateTime(timezone=True), nullable=True),
 )

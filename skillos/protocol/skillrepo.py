@@ -48,15 +48,16 @@ class RepoPolicy(_Model):
         "callers until promoted (by a reviewer or `promote_after`); op batches change only skills written "
         "from traffic (a person's are theirs), and a skill_delete retires, restorably"))
     promote_after: int | None = Field(None, ge=1, le=1_000_000, description=(
-        "promote a candidate once it was served in this many tasks and its measured utility's 95 % interval "
-        "starts at or above 0 (None: a reviewer promotes)"))
+        "promote a candidate whose measured utility's 99 % interval starts at or above 0 when it has been "
+        "served in N, 2N, 4N, ... tasks since its text was written (None: a reviewer promotes)"))
     utility_sources: list[Literal["caller", "environment", "judge"]] = Field(
-        default_factory=lambda: ["environment", "judge"], min_length=1, description=(
-            "outcome sources `promote_after` and `retire_harmful` count; add `caller` only where callers are "
-            "trusted: a caller reports its own outcomes and could promote its own candidate"))
+        default_factory=lambda: ["environment"], min_length=1, description=(
+            "outcome sources `promote_after` and `retire_harmful` count; add `caller` or `judge` only where "
+            "callers are trusted: a caller reports its own outcomes, and the self-judge reads the conversation "
+            "the caller wrote, so either lets a caller promote its own candidate"))
     retire_harmful: bool = Field(False, description=(
-        "retire a skill written from traffic once it was served in `promote_after` (or 10) tasks and its "
-        "utility's 95 % interval lies wholly below 0"))
+        "retire a skill written from traffic whose utility's 99 % interval lies wholly below 0 when it has "
+        "been served in N, 2N, 4N, ... tasks since its text was written (N: `promote_after`, or 10)"))
 
 
 class RepoCreate(_Model):

@@ -259,7 +259,7 @@ def candidates(stack):
     """A repo with candidates on (reviewers: rev-lead): a person's skill, and the writer's op batches: dry-cup stays
     a candidate (with outcomes), stack-plates is deleted by a later batch (retired)."""
     admin = stack.admin
-    admin.create_repo(STATES, policy={"candidates": True, "reviewers": ["rev-lead"]})
+    admin.create_repo(STATES, policy={"candidates": True, "reviewers": ["rev-lead"], "utility_sources": ["judge"]})
     admin.put_skill(STATES, skill_md("wipe-table", "wipe-table d", "1. take the cloth\n2. wipe the table"))
     with SkillRepoClient(stack.repo_url, token=TOKENS["writer"]) as writer:
         first = writer.apply_ops(STATES, [_insert("dry-cup", "1. take the cup\n2. dry it with the cloth"),

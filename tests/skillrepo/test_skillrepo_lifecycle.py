@@ -154,20 +154,31 @@ def test_the_policys_utility_rule_promotes_and_retires(clients, svc):
         admin.record_outcome(repo, f"c-{i}", True, "caller", ["clean-mug"])
         admin.record_outcome(repo, f"cw-{i}", False, "caller", [], ["clean-mug"])
     assert viewer.get_skill(repo, "clean-mug").state == "candidate"
-    # environment outcomes: clean-mug wins served 12/12, withheld 0/6 -> promoted; heat-egg the reverse -> retired
+    # environment outcomes: clean-mug lost the 6 tasks it was withheld from and wins the 12 it is served; heat-egg
+    # the reverse. At 12 served (the first checkpoint) the first is promoted, the second retired
+    for i in range(6):
+        admin.report_outcome(repo, f"w-{i}", False, "environment", [], ["clean-mug"])
+    for i in range(12):
+        admin.report_outcome(repo, f"v-{i}", True, "environment", [], ["heat-egg"])
     changed = []
     for i in range(12):
-        changed += admin.report_outcome(repo, f"e-{i}", True, "environment", ["clean-mug"], ["heat-egg"]).changed
-    for i in range(12):
-        changed += admin.report_outcome(repo, f"f-{i}", False, "environment", ["heat-egg", "wash-mug"],
-                                        ["clean-mug"] if i < 6 else []).changed
+        changed += admin.report_outcome(repo, f"e-{i}", True, "environment", ["clean-mug"]).changed
+        changed += admin.report_outcome(repo, f"f-{i}", False, "environment", ["heat-egg", "wash-mug"]).changed
     assert {(c.name, c.state, c.updated_by) for c in changed} == {("clean-mug", "active", "policy"),
                                                                   ("heat-egg", "retired", "policy")}, changed
     assert viewer.get_skill(repo, "clean-mug").state == "active"
     assert viewer.get_skill(repo, "heat-egg").state == "retired"
     assert viewer.get_skill(repo, "wash-mug").state == "active"   # a person's skill: no rule retires it
     reason = next(s for s in viewer.states(repo) if s.name == "heat-egg").reason
-    assert reason.startswith("retired: served in 12 tasks") and "below 0" in reason
+    assert reason.startswith("retired by policy: served in 12 tasks") and "below 0" in reason
+    # new text from traffic starts its record again: the old text's numbers do not promote it
+    curator.apply_ops(repo, [_update("clean-mug", "1. go to the sink\n2. scrub the mug")])
+    assert viewer.get_skill(repo, "clean-mug").state == "candidate"
+    # (counted over both texts, 24 served wins against 6 withheld losses would promote it at the 2N checkpoint;
+    # since the new text, 12 served and none withheld is no comparison yet)
+    for i in range(12):
+        assert admin.report_outcome(repo, f"n-{i}", True, "environment", ["clean-mug"], []).changed == []
+    assert viewer.get_skill(repo, "clean-mug").state == "candidate"
 
     shown = subprocess.run([sys.executable, "-m", "skillos.cli", "repo", "states", repo, "--url", svc.url,
                             "--token", "viewer-t"], check=False, capture_output=True, text=True, timeout=60)
@@ -180,3 +191,35 @@ def test_the_policys_utility_rule_promotes_and_retires(clients, svc):
     for bad in ({"candidates": True, "promote_after": 0}, {"utility_sources": []}, {"utility_sources": ["me"]}):
         got = httpx.put(f"{svc.url}/v1/repos/{repo}/policy", json=bad, headers={"Authorization": "Bearer admin-t"})
         assert got.status_code == 422, got.text
+
+
+def test_states_survive_writes_that_change_nothing_and_searches_look_past_hidden_skills(clients):
+    admin, curator, viewer = clients["admin"], clients["curator"], clients["viewer"]
+    repo = f"lc-{uuid.uuid4().hex[:8]}"
+    admin.create_repo(repo, policy={"candidates": True})
+    # 30 candidates that match the query better than the one active skill: a search still finds the active one
+    curator.apply_ops(repo, [_insert(f"mug-sink-{i}", "1. mug sink mug sink mug sink") for i in range(30)])
+    admin.insert_skill(repo, skill_md("wash-mug", "wash a mug", "1. sink"))
+    assert _names(viewer.search(repo, "mug sink", 3)) == [("wash-mug", "active")]
+    explored = viewer.search(repo, "mug sink", 3, candidates=True)
+    assert [h.state for h in explored] == ["active", "candidate", "candidate", "candidate"], explored
+    for mode in ("dense", "hybrid"):
+        assert [h.name for h in viewer.search(repo, "wash a mug at the sink", 3, mode=mode)] == ["wash-mug"]
+
+    # a write that changes nothing keeps the state: the same text put back, the repo's archive imported into it
+    cand = viewer.get_skill(repo, "mug-sink-0")
+    admin.put_skill(repo, cand.content)
+    assert viewer.get_skill(repo, "mug-sink-0").state == "candidate"
+    admin.import_(repo, admin.export(repo))
+    assert len(viewer.states(repo, "candidate")) == 30
+    # a worked example added by an update of the same text keeps it as it is (examples are not new text)
+    admin.set_state(repo, "mug-sink-1", "active")
+    example = {"task": "wash the mug", "steps": [{"action": "go to sinkbasin 1"}, {"action": "clean mug 1"}]}
+    r = curator.apply_ops(repo, [_update("mug-sink-1", "1. mug sink mug sink mug sink")], example=example)
+    assert r.applied and r.verdicts[0].example == "added" and viewer.get_skill(repo, "mug-sink-1").state == "active", r
+
+    # with candidates turned off, what op batches write is plain active again (no state left behind)
+    admin.set_policy(repo, {"candidates": False})
+    curator.apply_ops(repo, [_update("mug-sink-2", "1. rinse the mug at the sink")])
+    assert viewer.get_skill(repo, "mug-sink-2").state == "active"
+    assert "mug-sink-2" not in {s.name for s in viewer.states(repo)}

@@ -74,7 +74,7 @@ class Gateway:
             judge=judge if settings.gateway_judge_expired else None,
             auth=auth or Authenticator(settings.auth_mode, settings.auth_tokens), examples=settings.executor_examples,
             examples_chars=settings.executor_examples_chars, retention_s=settings.gateway_retention_s,
-            skillrepo_url=settings.skillrepo_url)
+            skillrepo_url=settings.skillrepo_url, learn_ungated=settings.gateway_learn_ungated)
 
     def attach(self, app: FastAPI) -> None:
         app.state.gateway, app.state.models, app.state.trajectories = self.chat, self.models, self.trajectories

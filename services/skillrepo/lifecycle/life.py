@@ -27,7 +27,7 @@ class OpsLife:
 
     def wrote(self, name: str) -> None:
         sql.mark(self.tx.conn, self.tx.repo.id, name, self.state, True, self.by, "written by an op batch",
-                 self.tx.now)
+                 self.tx.now, new_text=True)
 
     def retire(self, name: str) -> None:
         sql.mark(self.tx.conn, self.tx.repo.id, name, "retired", True, self.by, "skill_delete", self.tx.now)

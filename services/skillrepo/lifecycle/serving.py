@@ -16,7 +16,14 @@ from services.skillrepo.utility import store as outcomes
 from services.skillrepo.utility.serving import utility_of
 from skillos.auth import Grant
 from skillos.errors import APIError
-from skillos.protocol.skillrepo import SkillStateChange, SkillStateEntry, SkillStateList
+from skillos.protocol.skillrepo import (
+    RepoPolicy,
+    SkillStateChange,
+    SkillStateEntry,
+    SkillStateList,
+    SkillUtility,
+)
+from skillos.utility import Z99
 
 if TYPE_CHECKING:
     from services.skillrepo.review.serving import SkillRepoService
@@ -28,6 +35,25 @@ RETIRE_AFTER = 10
 def _entry(r: sql.StateRow) -> SkillStateEntry:
     return SkillStateEntry(name=r.name, state=r.state, traffic=r.traffic, updated_at=r.updated_at,
                            updated_by=r.updated_by, reason=r.reason)
+
+
+def checkpoint(served: int, every: int) -> bool:
+    """Whether a skill served ``served`` times is judged now: at N, 2N, 4N, ... (N = ``every``)."""
+    return served >= every and served % every == 0 and not (served // every) & (served // every - 1)
+
+
+def rule_verdict(state: str, u: SkillUtility, policy: RepoPolicy) -> tuple[str, str] | None:
+    """(new state, reason) by the policy's measured-utility rule for a skill written from traffic, or None.
+    ``u`` carries the 99 % interval of outcomes since its text was written."""
+    if not checkpoint(u.served, policy.promote_after or RETIRE_AFTER) or u.interval is None:
+        return None
+    lo, hi = u.interval
+    numbers = f"served in {u.served} tasks, 99 % interval [{lo:+.2f}, {hi:+.2f}]"
+    if state == "candidate" and policy.promote_after and lo >= 0:
+        return "active", f"promoted by policy: {numbers} from {'/'.join(policy.utility_sources)}"
+    if state in ("candidate", "active") and policy.retire_harmful and hi < 0:
+        return "retired", f"retired by policy: {numbers} lies below 0"
+    return None
 
 
 class Lifecycle:
@@ -102,29 +128,24 @@ class Lifecycle:
             after = sql.row(tx.conn, tx.repo.id, name)
         return _entry(after) if after else SkillStateEntry(name=name, state="active", traffic=False)
 
-    def judge(self, repo: str, repo_id: int, names: list[str]) -> list[SkillStateEntry]:
-        """Apply the policy's measured-utility rule to ``names`` (after an outcome counted for them)."""
+    def judge(self, repo: str, repo_id: int, served: list[str]) -> list[SkillStateEntry]:
+        """Apply the policy's measured-utility rule to the skills an outcome was served with (their served count
+        just grew). Each is looked at when that count reaches N, 2N, 4N, ... since its text was written, with a
+        99 % interval: looking after every task would promote a skill of no use about one time in six."""
         store = self.svc.store
         with store.engine.connect() as conn:
             policy = review.policy_of(conn, repo_id, default_policy(self.svc))
             if policy is None or not policy.candidates or not (policy.promote_after or policy.retire_harmful):
                 return []
-            states = {r.name: r for r in sql.rows(conn, repo_id) if r.traffic and r.name in set(names)}
-            if not states:
-                return []
-            counted = outcomes.counts(conn, repo_id, list(policy.utility_sources))
-        need = policy.promote_after or RETIRE_AFTER
-        verdicts: dict[str, tuple[str, str]] = {}
-        for name, r in states.items():
-            u = utility_of(name, counted.get(name, {}))
-            if u.served < need or u.interval is None:
-                continue
-            lo, hi = u.interval
-            numbers = f"served in {u.served} tasks, utility interval [{lo:+.2f}, {hi:+.2f}]"
-            if r.state == "candidate" and policy.promote_after and lo >= 0:
-                verdicts[name] = ("active", f"promoted: {numbers} from {'/'.join(policy.utility_sources)}")
-            elif r.state in ("candidate", "active") and policy.retire_harmful and hi < 0:
-                verdicts[name] = ("retired", f"retired: {numbers} lies below 0")
+            verdicts: dict[str, tuple[str, str]] = {}
+            for name in sorted(set(served)):
+                r = sql.row(conn, repo_id, name)
+                if r is None or not r.traffic or r.state == "retired":
+                    continue
+                counted = outcomes.counts(conn, repo_id, list(policy.utility_sources), name, r.since)
+                found = rule_verdict(r.state, utility_of(name, counted.get(name, {}), Z99), policy)
+                if found is not None:
+                    verdicts[name] = found
         if not verdicts:
             return []
         changed: list[Any] = []

@@ -19,6 +19,7 @@ class StateRow:
     updated_at: datetime | None = None
     updated_by: str | None = None
     reason: str | None = None
+    since: datetime | None = None
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -29,14 +30,17 @@ def rows(conn, repo_id: int, state: str | None = None) -> list[StateRow]:
     q = select(skill_states).where(skill_states.c.repo_id == repo_id)
     if state is not None:
         q = q.where(skill_states.c.state == state)
-    return [StateRow(r.name, r.state, bool(r.traffic), _utc(r.updated_at), r.updated_by, r.reason)
-            for r in conn.execute(q.order_by(skill_states.c.name)).all()]
+    return [_row(r) for r in conn.execute(q.order_by(skill_states.c.name)).all()]
+
+
+def _row(r) -> StateRow:
+    return StateRow(r.name, r.state, bool(r.traffic), _utc(r.updated_at), r.updated_by, r.reason, _utc(r.since))
 
 
 def row(conn, repo_id: int, name: str) -> StateRow | None:
     r = conn.execute(select(skill_states).where(skill_states.c.repo_id == repo_id,
                                                 skill_states.c.name == name)).first()
-    return StateRow(r.name, r.state, bool(r.traffic), _utc(r.updated_at), r.updated_by, r.reason) if r else None
+    return _row(r) if r else None
 
 
 def hidden(conn, repo_id: int) -> dict[str, str]:
@@ -50,13 +54,14 @@ def bump(conn, repo_id: int) -> None:
 
 
 def mark(conn, repo_id: int, name: str, state: str, traffic: bool, by: str | None, reason: str | None,
-         now: datetime) -> None:
+         now: datetime, new_text: bool = False) -> None:
+    """Set ``name``'s state; ``new_text``: an op batch wrote its text now (its measured record starts again)."""
     values = {"state": state, "traffic": traffic, "updated_at": now, "updated_by": by,
-              "reason": reason[:500] if reason else None}
+              "reason": reason[:500] if reason else None, **({"since": now} if new_text else {})}
     done = conn.execute(update(skill_states).where(skill_states.c.repo_id == repo_id,
                                                    skill_states.c.name == name).values(**values))
     if done.rowcount == 0:
-        conn.execute(insert(skill_states).values(repo_id=repo_id, name=name, **values))
+        conn.execute(insert(skill_states).values(repo_id=repo_id, name=name, **{"since": now, **values}))
     bump(conn, repo_id)
 
 

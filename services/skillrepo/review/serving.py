@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from services.skillrepo import examples as worked
 from services.skillrepo.errors import answers_api_errors
+from services.skillrepo.lifecycle import store as states
 from services.skillrepo.lifecycle.life import OpsLife, ops_life
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as sql
@@ -226,13 +227,15 @@ class Review:
                     raise APIError(409, "proposal_stale", f"proposal {pid} was made against the repo at seq "
                                    f"{found.seq}; since then {', '.join(changed[:5])} changed: what it would "
                                    "overwrite is not what was reviewed. Reject it; the curator proposes again")
+                life = ops_life(tx, policy, reviewer, approved=True)
                 with tx.savepoint() as undo:
                     example = worked.accept(found.example) if found.example is not None else None
                     ok, verdicts = apply_ops(tx, found.ops, found.atomic, svc.settings.max_body_bytes,
-                                             example, False, frozenset(policy.pinned),
-                                             ops_life(tx, policy, reviewer, approved=True))
+                                             example, False, frozenset(policy.pinned), life)
                     if not ok:
                         undo()
+                if ok and life is None:   # candidates off: what it wrote is plain active
+                    states.clear(tx.conn, tx.repo.id, sorted({c.name for c in tx.changes}))
                 if not ok:
                     refused = "; ".join(f"op {v.index}: {v.code}: {v.message}" for v in verdicts
                                         if v.status == "refused" and v.code != "batch_aborted")

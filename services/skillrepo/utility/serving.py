@@ -11,6 +11,7 @@ from prometheus_client import Counter
 from services.skillrepo.store import RepoNotFound
 from services.skillrepo.utility import store as sql
 from skillos.errors import APIError
+from skillos.logging import get_logger
 from skillos.protocol.skillrepo import (
     OutcomeRecorded,
     OutcomeReport,
@@ -19,7 +20,7 @@ from skillos.protocol.skillrepo import (
     UtilityReport,
 )
 from skillos.skills import normalize_name
-from skillos.utility import difference_interval
+from skillos.utility import Z95, difference_interval
 
 
 def now() -> datetime:
@@ -28,17 +29,18 @@ def now() -> datetime:
 if TYPE_CHECKING:
     from services.skillrepo.store import Store
 
+log = get_logger("skillrepo")
 ALL_SOURCES = ["caller", "environment", "judge"]
 # per arm, not per skill: a label per skill would be a series per skill of every repo (the API has those)
 OUTCOMES = Counter("skillos_skillrepo_skill_outcomes_total",
                    "Skill-task outcomes recorded for measured utility", ["arm", "success", "source"])
 
 
-def utility_of(name: str, arms: dict[str, tuple[int, int]]) -> SkillUtility:
+def utility_of(name: str, arms: dict[str, tuple[int, int]], z: float = Z95) -> SkillUtility:
     (n_s, w_s), (n_w, w_w) = arms.get("served", (0, 0)), arms.get("withheld", (0, 0))
     return SkillUtility(name=name, served=n_s, served_success=w_s, withheld=n_w, withheld_success=w_w,
                         difference=(w_s / n_s - w_w / n_w) if n_s and n_w else None,
-                        interval=difference_interval(w_s, n_s, w_w, n_w))
+                        interval=difference_interval(w_s, n_s, w_w, n_w, z))
 
 
 class Utility:
@@ -69,8 +71,12 @@ class Utility:
             for arm, names in (("served", report.served), ("withheld", report.withheld)):
                 if names:
                     OUTCOMES.labels(arm, str(report.success).lower(), report.source).inc(len(set(names)))
-            if self.judge is not None:
-                changed = self.judge(repo, repo_id, sorted({*report.served, *report.withheld}))
+        # on a retry too: the rule is idempotent, and a retry is how a decision lost to an error is taken
+        if self.judge is not None and report.served:
+            try:
+                changed = self.judge(repo, repo_id, report.served)
+            except Exception as e:  # noqa: BLE001 - the outcome is recorded; the next report decides again
+                log.warning("utility_rule_failed", repo=repo, error=f"{type(e).__name__}: {e}"[:300])
         return OutcomeRecorded(recorded=n, changed=changed)
 
     def report(self, repo: str, sources: list[str] | None, skill: str | None = None) -> UtilityReport:

@@ -30,13 +30,16 @@ def record(conn, repo_id: int, report: OutcomeReport, now: datetime) -> int:
     return len(rows)
 
 
-def counts(conn, repo_id: int, sources: list[str], skill: str | None = None) -> dict[str, dict[str, tuple[int, int]]]:
-    """{skill: {arm: (tasks, successes)}} over outcomes of the given sources."""
+def counts(conn, repo_id: int, sources: list[str], skill: str | None = None,
+           since: datetime | None = None) -> dict[str, dict[str, tuple[int, int]]]:
+    """{skill: {arm: (tasks, successes)}} over outcomes of the given sources (recorded at or after ``since``)."""
     q = select(skill_outcomes.c.skill, skill_outcomes.c.arm, func.count(),
                func.sum(case((skill_outcomes.c.success, 1), else_=0))).where(
         skill_outcomes.c.repo_id == repo_id, skill_outcomes.c.source.in_(sources))
     if skill is not None:
         q = q.where(skill_outcomes.c.skill == skill)
+    if since is not None:
+        q = q.where(skill_outcomes.c.created_at >= since)
     out: dict[str, dict[str, tuple[int, int]]] = {}
     for name, arm, n, wins in conn.execute(q.group_by(skill_outcomes.c.skill, skill_outcomes.c.arm)).all():
         out.setdefault(name, {})[arm] = (int(n), int(wins or 0))

@@ -136,11 +136,13 @@ class Trajectories:
                  sweep_interval_s: float, curator_timeout_s: float, curator_retries: int,
                  judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]] | None = None,
                  auth: Authenticator | None = None, examples: int = 1, examples_chars: int = 1600,
-                 retention_s: float = 0.0, skillrepo_url: str | None = None):
+                 retention_s: float = 0.0, skillrepo_url: str | None = None, learn_ungated: bool = False):
         """``retention_s``: ended trajectories (curated, failed, expired) are deleted this long after they
         ended (0: kept). ``skillrepo_url``: where each outcome is counted for the skills served and withheld
-        (measured utility; None: not counted)."""
+        (measured utility; None: not counted). ``learn_ungated``: curate into repos whose policy has neither
+        review nor candidates (what a caller teaches is then served to every caller at once)."""
         self.store = store
+        self.learn_ungated = learn_ungated
         self.retention_s = retention_s
         self.examples, self.examples_chars = examples, examples_chars   # what the chat calls were shown
         # with a judge, an idle trajectory is judged by the executor's own model and curated, not dropped
@@ -316,6 +318,13 @@ class Trajectories:
             return
         outcome = row.outcome or {}
         await self._count_outcome(row, outcome)
+        if not self.learn_ungated and self._repo is not None and not await self._gated(row.repo):
+            await self._finish(tid, FAILED, {"error": f"not curated: repo {row.repo!r} has neither review nor "
+                                             "candidates, so what this trajectory teaches would be served to every "
+                                             "caller at once (an operator: skillos repo policy "
+                                             f"{row.repo} --candidates; or SKILLOS_GATEWAY_LEARN_UNGATED=true)",
+                                             "applied": False}, claimed_at)
+            return
         request = CurateRequest(
             trajectory=curator_trajectory(row), self_judged_success=bool(outcome.get("success")),
             retrieved_skills=[RetrievedSkill(name=s["name"], description=s.get("description", ""),
@@ -350,6 +359,17 @@ class Trajectories:
             "call_id": resp.call_id, "applied": resp.applied, "validity_rate": resp.validity_rate,
             "error": resp.error, "calls": [json.loads(c.model_dump_json()) for c in resp.calls]}
         await self._finish(tid, FAILED if resp.error else CURATED, result, claimed_at)
+
+    async def _gated(self, repo: str) -> bool:
+        """Whether ``repo``'s policy holds what traffic teaches back (review or candidates). A repo that does
+        not exist is left to the curator (its answer says so); an unreachable one is asked again later."""
+        try:
+            policy = await self._repo.get_policy(repo)
+        except SkillRepoError as e:
+            if e.status == 404:
+                return True
+            raise   # the sweep hands the trajectory over again
+        return policy.review or policy.candidates
 
     async def _count_outcome(self, row: TrajectoryRow, outcome: dict[str, Any]) -> None:
         """The outcome counted for each skill served and withheld (once per trajectory: the repo keys it by

@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_by", sa.String(64), nullable=True),
         sa.Column("reason", sa.Text, nullable=True),
+        sa.Column("since", sa.DateTime(timezone=True), nullable=True),
     )
     # bumped by every change of a repo's states: a search reads it with the repo's seq and re-reads the
     # states only when it moved (states change no skill version, so the seq cannot tell)
