@@ -183,12 +183,12 @@ def fill_repo(url: str, repo: str, n: int, candidates: int = 0) -> None:
         for start in range(0, n, 2000):
             rc.import_(repo, skills_archive(min(2000, n - start), start, rng))
             progress(f"repo {repo}: {min(n, start + 2000)}/{n} skills")
-        for start in range(0, candidates, 100):
-            with tarfile.open(fileobj=io.BytesIO(skills_archive(min(100, candidates - start), n + start, rng))) as tar:
+        for start in range(0, candidates, 50):
+            with tarfile.open(fileobj=io.BytesIO(skills_archive(min(50, candidates - start), n + start, rng))) as tar:
                 docs = [tar.extractfile(m).read().decode() for m in tar.getmembers()]
             rc.apply_ops(repo, [{"name": "new_skill_insert", "arguments": {"skill_name": d.split("\n")[1][6:],
                                                                             "content": d}} for d in docs])
-            progress(f"repo {repo}: {min(candidates, start + 100)}/{candidates} candidates")
+            progress(f"repo {repo}: {min(candidates, start + 50)}/{candidates} candidates")
 
 
 # ---------------------------------------------------------------- the calls

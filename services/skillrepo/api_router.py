@@ -280,8 +280,8 @@ async def search(repo: str, svc: Svc, auth: Auth,
                      "bm25: keywords (default); dense: meaning (sentence embeddings); hybrid: both, fused by "
                      "reciprocal rank, BM25's best hit always kept"))] = "bm25",
                  candidates: Annotated[bool, Query(description=(
-                     "also up to k candidate skills (written from traffic, not yet promoted), after the hits: "
-                     "for a caller that explores them"))] = False) -> SearchResponse:
+                     "also up to k candidate skills (written from traffic, not yet promoted) that rank among the "
+                     "top 2k, after the hits: for a caller that explores them"))] = False) -> SearchResponse:
     auth.require(repo)
     if len(q) > svc.settings.max_query_chars:
         raise APIError(413, "query_too_long", f"the query is over {svc.settings.max_query_chars} chars")

@@ -475,7 +475,8 @@ class SkillRepoService:
                candidates: bool = False) -> list[SearchHit]:
         """Top k skills for ``query``: ``bm25`` (keywords), ``dense`` (cosine of sentence embeddings) or
         ``hybrid`` (both, fused by reciprocal rank; see `dense.py`). Only active skills; with ``candidates``,
-        up to k candidates (`state` candidate) follow them, for a caller that explores (the gateway)."""
+        up to k candidates (`state` candidate) among the top 2k follow them, for a caller that explores (the
+        gateway)."""
         start = time.perf_counter()
         if mode != "bm25" and not self.settings.dense_search:
             raise APIError(400, "dense_search_off", f"search mode {mode!r} needs dense search, which this "
@@ -514,15 +515,16 @@ class SkillRepoService:
     @staticmethod
     def _served(rank, k: int, hidden: dict[str, str], candidates: bool) -> list:
         """The top k active hits of ``rank(n)`` (the top n of every skill), then with ``candidates`` up to k
-        candidates: asking for twice as many while hidden skills crowd the top (one ranking where few do; the
-        index's fast path holds only while n stays small against the repo, so never all of it at once)."""
+        candidates that rank among the top n: n starts at 2k and doubles while hidden skills crowd the top (one
+        ranking where few do; the index's fast path holds only while n stays small against the repo, so never
+        all of the hidden ones at once). A candidate ranked below that is no match worth exploring."""
         n, total = 2 * k, len(hidden)
         while True:
             ranked = rank(n)
             served = [r for r in ranked if r[0] not in hidden][:k]
-            explored = [r for r in ranked if hidden.get(r[0]) == "candidate"][:k] if candidates else []
-            # done: enough of both, or the ranking ran out (fewer than n matched), or no hidden skill is left out
-            if (len(served) >= k and (not candidates or len(explored) >= k)) or len(ranked) < n or n >= k + total:
+            # done: k active ones, or the ranking ran out (fewer than n matched), or no hidden skill is left out
+            if len(served) >= k or len(ranked) < n or n >= k + total:
+                explored = [r for r in ranked if hidden.get(r[0]) == "candidate"][:k] if candidates else []
                 return served + explored
             n = min(2 * n, k + total)
 
