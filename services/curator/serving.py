@@ -89,6 +89,7 @@ class Curator:
         self.llm = llm or LLMClient(LLMSettings.for_role("curator"))
         self.judge_llm = judge_llm or LLMClient(LLMSettings.for_role("judge"))
         self.repo = repo or AsyncSkillRepoClient(settings.skillrepo_url, token=settings.api_token or None)
+        self._ops: RepoForCuration | None = RepoForCuration(self.repo)   # None: no repo (ops cannot apply)
 
     async def aclose(self) -> None:
         await self.llm.aclose()
@@ -113,12 +114,14 @@ class Curator:
         CURATOR_VALIDITY.observe(response.validity_rate)
         return response
 
-    def _for(self, req: CurateRequest) -> RepoForCuration:
+    def _for(self, req: CurateRequest) -> RepoForCuration | None:
         """The repo port of one curation: its batch says, from this service's side, which model curated it,
         whose token asked, and the trajectory and outcome source that asker gave."""
+        if self._ops is None:
+            return None
         caller = current_caller()
         vouched = caller is None or caller.operator   # a tenant's own claims are not this service's to vouch for
-        return RepoForCuration(self.repo, {
+        return RepoForCuration(self._ops.client, {
             "curator_model": self.llm.model, "requested_by": caller.token_label if caller is not None else None,
             "trajectory": req.origin.trajectory if req.origin and vouched else None,
             # the curation wire says "env" where the skill repo's outcome sources say "environment"

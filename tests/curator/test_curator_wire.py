@@ -55,9 +55,12 @@ class FakeRepo:
         return SimpleNamespace(name=name)
 
     sent: ClassVar[list] = []   # the examples sent with the batches
+    vouched: ClassVar[list] = []   # the provenance sent with them
 
-    async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None):
+    async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None,
+                        provenance=None):
         FakeRepo.sent.append(example)
+        FakeRepo.vouched.append(provenance)
         out = [OpOutcome(index=i, name=op["name"], status="refused", code="skill_not_found", message="nope")
                if op["name"] == "skill_delete" else
                OpOutcome(index=i, name=op["name"], status="applied", skill_name=op["arguments"]["skill_name"],
@@ -110,6 +113,9 @@ def test_a_reported_success_leaves_a_worked_example_with_the_ops():
     assert example["source"] == "env" and example["steps"] and example["task"] == TRAJ["task"]
     assert out["example"]["id"] == example["id"]
     assert [c["example"] for c in out["calls"]] == ["added", None, None]
+    # what the curator vouches for, from its side: its model and the outcome's source (in the repo's words)
+    assert FakeRepo.vouched[-1] == {"curator_model": "fake-model", "requested_by": "open", "trajectory": None,
+                                    "outcome_source": "environment"}, FakeRepo.vouched[-1]
     out = _post({**body, "outcome": {"success": False, "source": "caller"}}).json()
     assert FakeRepo.sent[-1] is None and out["example"] is None
     r = _post({**body, "outcome": {"success": True, "source": "oracle"}})
@@ -123,7 +129,8 @@ def test_a_skill_repo_older_than_worked_examples_still_gets_the_ops():
     class OldClient:
         sent: ClassVar[list] = []
 
-        async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None):
+        async def apply_ops(self, repo, ops, idempotency_key=None, atomic=True, origin=None, example=None,
+                            provenance=None):
             OldClient.sent.append(example)
             if example is not None:
                 raise SkillRepoError(422, "invalid_request", "example: Extra inputs are not permitted")
