@@ -33,7 +33,7 @@ from services.skillrepo.errors import http_error
 from services.skillrepo.index_files import IndexFiles
 from services.skillrepo.indexes import Announcer, IndexManager
 from services.skillrepo.lifecycle import store as states
-from services.skillrepo.lifecycle.life import ops_life
+from services.skillrepo.lifecycle.life import clear_rewritten, ops_life
 from services.skillrepo.lifecycle.serving import Lifecycle
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as review
@@ -189,12 +189,6 @@ class BlobTexts:
         return out
 
 
-def _rewritten(tx) -> list[str]:
-    """The skills a REST write changed (a new version): they are a person's now, their states cleared. A write
-    that changes nothing (the same text put back, an archive of the repo imported into it) keeps them."""
-    return sorted({c.name for c in tx.changes})
-
-
 def repo_out(r: RepoRow) -> Repo:
     return Repo(name=r.name, skill_count=r.skill_count, seq=r.seq, created_at=r.created_at, forked_from=r.forked_from,
                 updated_at=r.updated_at)
@@ -346,7 +340,7 @@ class SkillRepoService:
                 raise APIError(409, "skill_exists", f"skill {doc.name!r} already exists in repo {repo!r}: "
                                                     f"change it with PUT /v1/repos/{repo}/skills/{doc.name}")
             tx.put(doc, "insert")
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # a person's skill now
+            clear_rewritten(tx)   # a person's skill now
             skill = tx.get(doc.name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -362,7 +356,7 @@ class SkillRepoService:
             self._check_precondition(tx, repo, name, if_match)
             created = not tx.exists(name)
             tx.put(doc, "put", keep_examples=True)  # a document says nothing of the examples: they stay
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # a person's skill now (if its text changed)
+            clear_rewritten(tx)   # a person's skill now (if its text changed)
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill), created
@@ -390,7 +384,7 @@ class SkillRepoService:
                 raise SkillNotFound(repo, name)
             self._check_precondition(tx, repo, name, if_match)
             tx.delete(name, "delete")
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
+            clear_rewritten(tx)
         self._committed(tx.repo, tx.changes)
 
     def _version_out(self, v: VersionRow, content: bool) -> SkillVersion:
@@ -427,7 +421,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("restore", origin=json.dumps(origin) if origin else None)
             tx.put_hash(name, target.blob_hash, "restore")
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
+            clear_rewritten(tx)
             skill = tx.get(name)
         self._committed(tx.repo, tx.changes)
         return skill_out(skill)
@@ -585,7 +579,7 @@ class SkillRepoService:
             if waits is None:
                 result = OpsResult(applied=ok, verdicts=verdicts, seq=tx.repo.seq)
                 if life is None:   # candidates off: what the batch wrote is plain active, whatever it was before
-                    states.clear(tx.conn, tx.repo.id, _rewritten(tx))
+                    clear_rewritten(tx)
             if req.idempotency_key:
                 tx.remember_answer(req.idempotency_key, request_hash, result.model_dump_json())
             tx.log_as("ops" if result.proposal is None else "proposal",
@@ -701,7 +695,7 @@ class SkillRepoService:
                 for name, (_, blob_hash) in tx.all_heads().items():
                     if blob_hash is not None and name not in keep:
                         tx.delete(name, "import")
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
+            clear_rewritten(tx)
         self._committed(tx.repo, tx.changes)
         return ImportResult(imported=[d.name for d in docs], seq=tx.repo.seq)
 
@@ -746,7 +740,7 @@ class SkillRepoService:
         with self.store.write(repo) as tx:
             tx.log_as("import")
             tx.put_many(docs, "import", blobs, keep_examples=True)  # a line cannot give examples: they stay
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))
+            clear_rewritten(tx)
         self._committed(tx.repo, tx.changes)
         return BulkResult(received=len(docs), written=len(tx.changes), seq=tx.repo.seq)
 
@@ -771,6 +765,6 @@ class SkillRepoService:
                     tx.delete(name, "restore")
             for name, blob_hash in target.items():
                 tx.put_hash(name, blob_hash, "restore")
-            states.clear(tx.conn, tx.repo.id, _rewritten(tx))   # what it rewrote is a person's
+            clear_rewritten(tx)   # what it rewrote is a person's
         self._committed(tx.repo, tx.changes)
         return repo_out(self.store.get_repo(repo))

@@ -36,6 +36,13 @@ class OpsLife:
         sql.clear(self.tx.conn, self.tx.repo.id, [name])
 
 
+def clear_rewritten(tx: WriteTx) -> None:
+    """No state any more for the skills this write changed (a new version): a person's REST write, or an op
+    batch where candidates are off. A write that changes nothing (the same text put back, the repo's own
+    archive imported) keeps them."""
+    sql.clear(tx.conn, tx.repo.id, sorted({c.name for c in tx.changes}))
+
+
 def ops_life(tx: WriteTx, policy: RepoPolicy | None, by: str | None, approved: bool = False) -> OpsLife | None:
     """The `OpsLife` of a batch ``by`` writes under ``policy`` (None: candidates off, plain ops); ``approved``:
     a reviewer applies it."""

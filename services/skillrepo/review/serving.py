@@ -18,8 +18,7 @@ from sqlalchemy import func, select
 
 from services.skillrepo import examples as worked
 from services.skillrepo.errors import answers_api_errors
-from services.skillrepo.lifecycle import store as states
-from services.skillrepo.lifecycle.life import OpsLife, ops_life
+from services.skillrepo.lifecycle.life import OpsLife, clear_rewritten, ops_life
 from services.skillrepo.ops import apply_ops
 from services.skillrepo.review import store as sql
 from services.skillrepo.store import RepoNotFound, SkillNotFound, WriteTx
@@ -235,7 +234,7 @@ class Review:
                     if not ok:
                         undo()
                 if ok and life is None:   # candidates off: what it wrote is plain active
-                    states.clear(tx.conn, tx.repo.id, sorted({c.name for c in tx.changes}))
+                    clear_rewritten(tx)
                 if not ok:
                     refused = "; ".join(f"op {v.index}: {v.code}: {v.message}" for v in verdicts
                                         if v.status == "refused" and v.code != "batch_aborted")
